@@ -1,0 +1,133 @@
+"""The only place where Redis key names are built.
+
+BullMQ 6.x names every key of a queue ``<prefix>:<queue>:<suffix>`` and a job's hash
+``<prefix>:<queue>:<job id>``. Keeping all names here means a change of layout is one edit,
+and it keeps every script's keys in the queue's hash slot when the prefix carries a hash tag
+(``{bull}``), which is what makes the scripts safe on Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: BullMQ's default prefix: Node BullMQ and bull-board see corral's queues with no settings.
+DEFAULT_PREFIX = "bull"
+
+
+#: Suffixes of the keys passed to every script, in KEYS order (1-based in Lua).
+SCRIPT_KEY_SUFFIXES: tuple[str, ...] = (
+    "wait",
+    "paused",
+    "active",
+    "prioritized",
+    "pc",
+    "delayed",
+    "waiting-children",
+    "completed",
+    "failed",
+    "marker",
+    "events",
+    "meta",
+    "stalled",
+    "stalled-check",
+    "limiter",
+    "id",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Key names of one queue (``prefix:name``)."""
+
+    name: str
+    prefix: str = DEFAULT_PREFIX
+    base: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base", f"{self.prefix}:{self.name}")
+
+    def key(self, suffix: str) -> str:
+        """Any key of the queue: ``prefix:name:suffix``."""
+        return f"{self.base}:{suffix}"
+
+    def job(self, job_id: str) -> str:
+        """The job's hash."""
+        return f"{self.base}:{job_id}"
+
+    def lock(self, job_id: str) -> str:
+        return f"{self.base}:{job_id}:lock"
+
+    def logs(self, job_id: str) -> str:
+        return f"{self.base}:{job_id}:logs"
+
+    def script_keys(self) -> list[str]:
+        """The queue's keys in the order every script of ``_lua/`` receives them.
+
+        One fixed order (see ``_lua/include/keys.lua``) for every script keeps the Python
+        wrappers and the Lua headers from drifting apart; a script uses the keys it needs.
+        """
+        return [self.key(suffix) for suffix in SCRIPT_KEY_SUFFIXES]
+
+    @property
+    def wait(self) -> str:
+        return self.key("wait")
+
+    @property
+    def paused(self) -> str:
+        return self.key("paused")
+
+    @property
+    def active(self) -> str:
+        return self.key("active")
+
+    @property
+    def prioritized(self) -> str:
+        return self.key("prioritized")
+
+    @property
+    def priority_counter(self) -> str:
+        return self.key("pc")
+
+    @property
+    def delayed(self) -> str:
+        return self.key("delayed")
+
+    @property
+    def waiting_children(self) -> str:
+        return self.key("waiting-children")
+
+    @property
+    def completed(self) -> str:
+        return self.key("completed")
+
+    @property
+    def failed(self) -> str:
+        return self.key("failed")
+
+    @property
+    def marker(self) -> str:
+        return self.key("marker")
+
+    @property
+    def events(self) -> str:
+        return self.key("events")
+
+    @property
+    def meta(self) -> str:
+        return self.key("meta")
+
+    @property
+    def stalled(self) -> str:
+        return self.key("stalled")
+
+    @property
+    def stalled_check(self) -> str:
+        return self.key("stalled-check")
+
+    @property
+    def limiter(self) -> str:
+        return self.key("limiter")
+
+    @property
+    def id_counter(self) -> str:
+        return self.key("id")

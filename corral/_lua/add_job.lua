@@ -1,0 +1,54 @@
+-- add_job: create one job and queue it in wait, prioritized or delayed (BullMQ 6.x layout).
+--
+-- KEYS: the queue's keys in corral._keys order (include/keys.lua); uses wait, prioritized, pc,
+--       delayed, marker, events, meta, id.
+-- ARGV[1] key prefix of the queue's jobs ("bull:q:")
+-- ARGV[2] custom job id, or "" to take the next value of K:id
+-- ARGV[3] name          ARGV[4] data (JSON)        ARGV[5] opts (JSON, BullMQ's names)
+-- ARGV[6] timestamp ms  ARGV[7] delay ms (>= 0)    ARGV[8] priority (0 = none)
+-- ARGV[9] "1" for lifo, else "0"
+-- Returns {job id, 1} when the job was created, {job id, 0} when a job with that custom id
+-- already existed (nothing is written but a `duplicated` event).
+-- Error codes: none.
+-- @include keys
+-- @include events
+-- @include scores
+
+local prefix = ARGV[1]
+-- K:id counts every add, custom ids and duplicates included, as BullMQ does.
+local counter = rcall("INCR", K_ID)
+local job_id = ARGV[2]
+if job_id == "" then
+  job_id = tostring(counter)
+end
+local job_key = prefix .. job_id
+local max_len = events_max_len()
+
+if rcall("EXISTS", job_key) == 1 then
+  emit(max_len, "duplicated", "jobId", job_id)
+  return {job_id, 0}
+end
+
+local timestamp = tonumber(ARGV[6])
+local delay = tonumber(ARGV[7])
+local priority = tonumber(ARGV[8])
+rcall("HSET", job_key, "name", ARGV[3], "data", ARGV[4], "opts", ARGV[5], "timestamp", ARGV[6],
+  "delay", ARGV[7], "priority", ARGV[8])
+rcall("HSETNX", K_META, "opts.maxLenEvents", max_len)
+emit(max_len, "added", "jobId", job_id, "name", ARGV[3])
+
+if delay > 0 then
+  local run_at = timestamp + delay
+  add_delayed(job_id, run_at)
+  emit(max_len, "delayed", "jobId", job_id, "delay", fmt(run_at))
+  if not is_paused() then
+    mark_next_delayed()
+  end
+else
+  push_ready(job_id, priority, ARGV[9] == "1")
+  if not is_paused() then
+    rcall("ZADD", K_MARKER, 0, "0")
+  end
+  emit(max_len, "waiting", "jobId", job_id)
+end
+return {job_id, 1}

@@ -1,0 +1,35 @@
+-- Delete a job's hash and every key hanging off it.
+local function delete_job(job_key)
+  rcall("DEL", job_key, job_key .. ":logs", job_key .. ":lock", job_key .. ":dependencies",
+    job_key .. ":processed", job_key .. ":failed", job_key .. ":unsuccessful")
+end
+
+-- removeOnComplete / removeOnFail on the finished set `set_key`: keep at most `keep` jobs
+-- (-1: no limit, 0: remove this job now) and none finished before now - max_age_ms (-1: none).
+-- At most 1000 jobs go per call so one finish never blocks the server for long.
+local function apply_retention(set_key, prefix, job_id, keep, max_age_ms, now)
+  if keep == 0 then
+    rcall("ZREM", set_key, job_id)
+    delete_job(prefix .. job_id)
+    return
+  end
+  if max_age_ms >= 0 then
+    local old = rcall("ZRANGEBYSCORE", set_key, "-inf", "(" .. fmt(now - max_age_ms), "LIMIT", 0, 1000)
+    for _, id in ipairs(old) do
+      delete_job(prefix .. id)
+    end
+    if #old > 0 then
+      rcall("ZREM", set_key, unpack(old))
+    end
+  end
+  if keep > 0 then
+    local extra = rcall("ZRANGE", set_key, 0, -(keep + 1))
+    local n = math.min(#extra, 1000)
+    for i = 1, n do
+      delete_job(prefix .. extra[i])
+    end
+    if n > 0 then
+      rcall("ZREMRANGEBYRANK", set_key, 0, n - 1)
+    end
+  end
+end

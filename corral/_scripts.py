@@ -1,0 +1,76 @@
+"""Lua scripts: loading, ``-- @include`` expansion, and the shape of their answers.
+
+Each ``_lua/<name>.lua`` is one state transition with a header that lists KEYS, ARGV,
+returns and error codes. Sources are read once with ``importlib.resources``; their SHA1 is
+what ``EVALSHA`` sends, and the I/O layer (``_async/_redis.py``) loads a script on
+``NOSCRIPT`` and retries. This module does no I/O, so the sync and async APIs share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from corral._codec import text
+
+_INCLUDE = re.compile(r"^-- @include (\w+)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One expanded Lua script and its SHA1."""
+
+    name: str
+    source: str
+    sha: str
+
+
+def _read(relative: str) -> str:
+    return resources.files("corral").joinpath("_lua", relative).read_text(encoding="utf-8")
+
+
+def _expand(source: str) -> str:
+    seen: set[str] = set()
+
+    def include(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in seen:
+            return ""
+        seen.add(name)
+        return _read(f"include/{name}.lua")
+
+    return _INCLUDE.sub(include, source)
+
+
+def load(name: str) -> Script:
+    """Read ``_lua/<name>.lua`` with its includes expanded."""
+    source = _expand(_read(f"{name}.lua"))
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+
+
+ADD_JOB = load("add_job")
+MOVE_TO_ACTIVE = load("move_to_active")
+MOVE_TO_FINISHED = load("move_to_finished")
+EXTEND_LOCKS = load("extend_locks")
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """A job a worker took: its id, its lock token, and the job hash as it was taken."""
+
+    job_id: str
+    token: str
+    fields: dict[str, str]
+
+
+def parse_fetched(raw: list[Any], start: int) -> list[Fetched]:
+    """Read the ``id, token, HGETALL`` triples a fetch appends from index ``start``."""
+    jobs = []
+    for i in range(start, len(raw), 3):
+        flat = raw[i + 2]
+        fields = {text(flat[j]): text(flat[j + 1]) for j in range(0, len(flat), 2)}
+        jobs.append(Fetched(text(raw[i]), text(raw[i + 1]), fields))
+    return jobs

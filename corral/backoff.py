@@ -1,0 +1,36 @@
+"""Retry delays: BullMQ's fixed and exponential backoff, with optional jitter. Pure math."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+
+def retry_delay_ms(
+    backoff: Any, attempts_made: int, *, rand: random.Random | None = None
+) -> int:
+    """The delay before the next attempt, in ms, from a job's ``opts.backoff``.
+
+    Args:
+        backoff: ``None``, a number (fixed delay in ms) or ``{"type", "delay", "jitter"}``.
+        attempts_made: attempts finished so far, the failing one included (>= 1).
+
+    Fixed waits ``delay``; exponential waits ``delay * 2 ** (attempts_made - 1)``. With
+    ``jitter`` j in 0..1 the delay is drawn from ``[(1 - j) * d, d]``. Unknown types give 0
+    (an immediate retry) rather than losing the job; corral validates types when adding.
+    """
+    if backoff is None:
+        return 0
+    if isinstance(backoff, (int, float)):
+        return max(0, int(backoff))
+    kind = backoff.get("type")
+    delay = int(backoff.get("delay") or 0)
+    if kind == "exponential":
+        delay = delay * 2 ** max(0, attempts_made - 1)
+    elif kind != "fixed":
+        return 0
+    jitter = float(backoff.get("jitter") or 0)
+    if jitter > 0:
+        low = delay * (1 - jitter)
+        delay = int((rand or random).uniform(low, delay))
+    return delay

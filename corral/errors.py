@@ -1,0 +1,79 @@
+"""The exception tree of corral, and the table that maps Lua error codes to it.
+
+::
+
+    CorralError
+    ├── ConfigurationError        bad settings found at first use (server too old, policy)
+    ├── ServerNotAvailable        no URL configured and no server binary to start
+    ├── InvalidOptionError        (also ValueError) an option or argument was refused
+    ├── JobError                  carries .queue and .job_id
+    │   ├── JobNotFoundError      the job hash does not exist (code -1)
+    │   ├── LockMissingError      the job's lock is gone (code -2)
+    │   ├── NotActiveError        the job is not in the active list (code -3)
+    │   └── LockMismatchError     the lock is held by another token (code -6)
+    └── UnrecoverableError        raised by job code: fail now, never retry
+
+redis-py's own errors (``ConnectionError``, ``TimeoutError``...) pass through unchanged.
+"""
+
+from __future__ import annotations
+
+
+class CorralError(Exception):
+    """Root of every error corral raises on purpose."""
+
+
+class ConfigurationError(CorralError):
+    """The server or the settings cannot be used as they are."""
+
+
+class ServerNotAvailable(CorralError):
+    """No Redis URL is configured and no server binary can be started."""
+
+
+class InvalidOptionError(CorralError, ValueError):
+    """An option or argument was refused before anything was written."""
+
+
+class UnrecoverableError(CorralError):
+    """Raise from a processor to fail the job at once, skipping remaining attempts."""
+
+
+class JobError(CorralError):
+    """An operation on one job was refused by the server."""
+
+    def __init__(self, message: str, *, queue: str | None = None, job_id: str | None = None):
+        super().__init__(message)
+        self.queue = queue
+        self.job_id = job_id
+
+
+class JobNotFoundError(JobError):
+    """The job does not exist."""
+
+
+class LockMissingError(JobError):
+    """The job's lock is missing: it expired or the job was moved by someone else."""
+
+
+class NotActiveError(JobError):
+    """The job is not in the active state."""
+
+
+class LockMismatchError(JobError):
+    """The job's lock belongs to another worker."""
+
+
+#: Negative return codes of the Lua scripts, each mapped to the error it means.
+SCRIPT_ERRORS: dict[int, tuple[type[JobError], str]] = {
+    -1: (JobNotFoundError, "job {job_id} does not exist in queue {queue}"),
+    -2: (LockMissingError, "lock of job {job_id} in queue {queue} is missing"),
+    -3: (NotActiveError, "job {job_id} in queue {queue} is not active"),
+    -6: (LockMismatchError, "lock of job {job_id} in queue {queue} is held by another worker"),
+}
+
+
+def script_error(code: int, *, queue: str, job_id: str) -> JobError:
+    """Build the exception for a negative script return ``code``."""
+    cls, template = SCRIPT_ERRORS.get(code, (JobError, "script error {code} on job {job_id}"))
+    return cls(template.format(code=code, queue=queue, job_id=job_id), queue=queue, job_id=job_id)
