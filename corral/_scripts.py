@@ -29,7 +29,7 @@ class Script:
 
 
 def _read(relative: str) -> str:
-    return resources.files("corral").joinpath("_lua", relative).read_text(encoding="utf-8")
+    return resources.files("corral").joinpath(f"_lua/{relative}").read_text(encoding="utf-8")
 
 
 def _expand(source: str) -> str:

@@ -6,9 +6,7 @@ import random
 from typing import Any
 
 
-def retry_delay_ms(
-    backoff: Any, attempts_made: int, *, rand: random.Random | None = None
-) -> int:
+def retry_delay_ms(backoff: Any, attempts_made: int, *, rand: random.Random | None = None) -> int:
     """The delay before the next attempt, in ms, from a job's ``opts.backoff``.
 
     Args:

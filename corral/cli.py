@@ -31,8 +31,13 @@ _data_dir_option = click.option(
 def server_start(data_dir: str | None) -> None:
     """Start the embedded server (or report the one already running)."""
     from corral import server as srv
+    from corral.errors import ServerNotAvailable
 
-    st = srv.start(data_dir)
+    try:
+        st = srv.start(data_dir)
+    except ServerNotAvailable as exc:
+        # The message already says how to fix it (install the extra, or set CORRAL_REDIS_URL).
+        raise click.ClickException(str(exc)) from exc
     click.echo(f"running pid={st.pid} url={st.url} data_dir={st.data_dir}")
 
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Union
+from typing import Any
 
 from corral.errors import InvalidOptionError
 
 #: A duration at the API: seconds as a number, or a ``timedelta``.
-Duration = Union[float, int, timedelta]
+Duration = float | int | timedelta
 #: removeOnComplete / removeOnFail: ``True`` (remove at once), a count to keep, or
 #: ``{"age": seconds, "count": n}``.
-Retention = Union[bool, int, dict[str, int]]
+Retention = bool | int | dict[str, int]
 
 MAX_PRIORITY = 2_097_151
 MAX_JOB_ID_LENGTH = 255

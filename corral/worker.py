@@ -19,7 +19,7 @@ import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Union
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -29,14 +29,14 @@ from corral import _codec, _scripts, backoff, options
 from corral._async._redis import check_server, new_client_like, open_client, run_script
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral.clock import now_ms
-from corral.errors import JobError, UnrecoverableError, script_error
+from corral.errors import InvalidOptionError, JobError, UnrecoverableError, script_error
 from corral.job import Job
 from corral.options import Duration, retention_limits
 
 logger = logging.getLogger("corral.worker")
 
 #: A processor: ``async def f(job)`` or ``def f(job)``; its return value must be JSON.
-Processor = Callable[[Job], Union[Awaitable[Any], Any]]
+Processor = Callable[[Job], Awaitable[Any] | Any]
 
 #: BullMQ's default cap on stored stack traces per job.
 DEFAULT_STACKTRACE_LIMIT = 10
@@ -83,11 +83,9 @@ class Worker:
     ) -> None:
         options.check_name("queue name", queue_name, colon=False)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise options.InvalidOptionError(
-                f"concurrency must be an integer >= 1, got {concurrency!r}"
-            )
+            raise InvalidOptionError(f"concurrency must be an integer >= 1, got {concurrency!r}")
         if not callable(processor):
-            raise options.InvalidOptionError(f"processor must be callable, got {processor!r}")
+            raise InvalidOptionError(f"processor must be callable, got {processor!r}")
         self.queue_name = queue_name
         self.processor = processor
         self.concurrency = concurrency
@@ -266,7 +264,7 @@ class Worker:
         """Run one job and finish it; return the next job fetched in the same call."""
         try:
             if self._is_async:
-                result = await self.processor(job)  # type: ignore[misc]
+                result = await self.processor(job)
             else:
                 loop = asyncio.get_running_loop()
                 result = await loop.run_in_executor(self._executor, self.processor, job)

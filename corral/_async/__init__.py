@@ -1,1 +1,1 @@
-"""Hand-written asyncio I/O. ``corral/_sync`` is generated from here by scripts/unasync.py."""
+"""Hand-written asyncio I/O; scripts/unasync.py generates ``corral/_sync`` from it."""

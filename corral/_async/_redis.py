@@ -11,10 +11,11 @@ from corral import connection
 from corral._scripts import Script
 from corral.errors import ConfigurationError
 
+
 def open_client(conn: str | Redis | None) -> Redis:
     """A client for ``conn``: a given client is used as is; a URL or ``None`` is resolved."""
     if isinstance(conn, Redis):
-        if not conn.get_encoder().decode_responses:
+        if not conn.connection_pool.connection_kwargs.get("decode_responses"):
             raise ConfigurationError("pass a client created with decode_responses=True")
         return conn
     return Redis.from_url(connection.resolve_url(conn), decode_responses=True)

@@ -138,7 +138,7 @@ class AsyncQueue:
     async def get_job(self, job_id: str) -> Job | None:
         """The job with this id, or ``None`` when there is none."""
         client = await self.client()
-        fields = await client.hgetall(self.keys.job(job_id))
+        fields: dict[str, str] = await client.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
         if not fields:
             return None
         return Job.from_hash(self.name, job_id, fields)
@@ -154,7 +154,7 @@ class AsyncQueue:
                 else:
                     pipe.zcard(self.keys.key(state))
             counts = await pipe.execute()
-        return {state: int(n) for state, n in zip(wanted, counts)}
+        return {state: int(n) for state, n in zip(wanted, counts, strict=True)}
 
     async def close(self) -> None:
         """Close the client, unless it was given by the caller."""

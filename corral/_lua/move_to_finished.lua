@@ -88,7 +88,7 @@ else
     if not is_paused() then
       rcall("ZADD", K_MARKER, 0, "0")
     end
-    emit(max_len, "waiting", "jobId", job_id, "prev", "failed")
+    emit(max_len, "waiting", "jobId", job_id, "prev", "active")
   end
 end
 

@@ -1,0 +1,1 @@
+# Generated from tests/_async/__init__.py by scripts/unasync.py: do not edit.
