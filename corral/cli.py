@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
+import sys
+from typing import Any
+
 import click
 
 from corral._version import __version__
@@ -63,3 +69,66 @@ def server_status(data_dir: str | None) -> None:
     else:
         click.echo(f"not running data_dir={st.data_dir}")
         raise SystemExit(1)
+
+
+def _import_processor(spec: str) -> Any:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(f"expected module:function, got {spec!r}", param_hint="PROCESSOR")
+    # Like `python -m` and uvicorn: modules in the current directory are importable.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="PROCESSOR"
+        ) from None
+    try:
+        processor = getattr(module, attr)
+    except AttributeError:
+        raise click.BadParameter(
+            f"module {module_name!r} has no attribute {attr!r}", param_hint="PROCESSOR"
+        ) from None
+    if not callable(processor):
+        raise click.BadParameter(f"{spec!r} is not callable", param_hint="PROCESSOR")
+    return processor
+
+
+@main.command("worker")
+@click.argument("processor")
+@click.option("--queue", "-q", "queue_name", required=True, help="Queue to work on.")
+@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--name", default=None, help="Worker name, stored on jobs as processedBy.")
+@click.option(
+    "--url",
+    default=None,
+    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
+)
+@click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
+def worker_command(
+    processor: str,
+    queue_name: str,
+    concurrency: int,
+    name: str | None,
+    url: str | None,
+    prefix: str,
+) -> None:
+    """Run PROCESSOR (module:function) on the jobs of a queue until SIGINT or SIGTERM."""
+    from corral.errors import CorralError
+    from corral.worker import Worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    func = _import_processor(processor)
+    try:
+        worker = Worker(
+            queue_name, func, connection=url, prefix=prefix, concurrency=concurrency, name=name
+        )
+        click.echo(f"corral worker: queue={queue_name} concurrency={concurrency} pid={os.getpid()}")
+        worker.run()
+    except CorralError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+if __name__ == "__main__":
+    main()

