@@ -130,5 +130,23 @@ def worker_command(
         raise click.ClickException(str(exc)) from None
 
 
+@main.command("demo")
+@click.option("--jobs", "-n", default=300, show_default=True, type=click.IntRange(min=1))
+@click.option("--concurrency", "-c", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--seed", default=7, show_default=True, help="Seed of the batch (same seed, same jobs)."
+)
+def demo_command(jobs: int, concurrency: int, seed: int) -> None:
+    """Run simulated jobs on a temporary embedded server, with a live view and a summary."""
+    from corral import demo
+    from corral.errors import CorralError
+
+    try:
+        demo.run(jobs=jobs, concurrency=concurrency, seed=seed)
+    except CorralError as exc:
+        # ServerNotAvailable already says how to fix it; DemoError says what did not finish.
+        raise click.ClickException(str(exc)) from None
+
+
 if __name__ == "__main__":
     main()

@@ -26,7 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from corral import _codec, _scripts, backoff, options
-from corral._async._redis import check_server, new_client_like, open_client, run_script
+from corral._async._redis import blocking_client_like, check_server, open_client, run_script
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral.clock import now_ms
 from corral.errors import InvalidOptionError, JobError, UnrecoverableError, script_error
@@ -139,9 +139,9 @@ class Worker:
         self._stopped.clear()
         try:
             client = open_client(self._connection)
-            await check_server(client, strict=self._strict)
+            await check_server(client, strict=self._strict, owned=client is not self._connection)
             self._client = client
-            self._blocking = new_client_like(client)
+            self._blocking = blocking_client_like(client, read_timeout=self._drain_delay + 10)
             if not self._is_async:
                 self._executor = ThreadPoolExecutor(
                     max_workers=self.concurrency, thread_name_prefix="corral-job"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from corral import server
+from corral import Queue, server
 from corral.errors import ServerNotAvailable
 
 needs_binary = pytest.mark.skipif(
@@ -113,9 +113,8 @@ def test_concurrent_processes_share_one_server(data_dir: Path) -> None:
 @pytest.mark.timeout(30)
 def test_aof_survives_sigkill_and_stale_pid_is_replaced(data_dir: Path) -> None:
     url = server.ensure_server(data_dir)
-    with _client(url) as client:
-        client.lpush("bull:q:wait", "1")
-        client.hset("bull:q:1", mapping={"name": "x", "data": "{}"})
+    with Queue("q", connection=url) as queue:
+        queue.add("x", {"kept": "across kill -9"})
     old_pid = _pidfile(data_dir)
     assert old_pid is not None
 
@@ -128,9 +127,10 @@ def test_aof_survives_sigkill_and_stale_pid_is_replaced(data_dir: Path) -> None:
     new_pid = _pidfile(data_dir)
     assert new_pid is not None and new_pid != old_pid
     assert server.status(data_dir).pid == new_pid
-    with _client(url) as client:
-        assert client.lrange("bull:q:wait", 0, -1) == ["1"]
-        assert client.hgetall("bull:q:1") == {"name": "x", "data": "{}"}
+    with Queue("q", connection=url) as queue:
+        job = queue.get_job("1")
+        assert job is not None and job.data == {"kept": "across kill -9"}
+        assert queue.get_job_counts("waiting") == {"waiting": 1}
 
 
 @needs_binary

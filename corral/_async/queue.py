@@ -62,7 +62,7 @@ class AsyncQueue:
         """The redis-py client, opened and checked on first use."""
         if self._client is None:
             client = open_client(self._connection)
-            await check_server(client, strict=self._strict)
+            await check_server(client, strict=self._strict, owned=client is not self._connection)
             self._client = client
         return self._client
 

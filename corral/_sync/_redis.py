@@ -22,20 +22,37 @@ def open_client(conn: str | Redis | None) -> Redis:
     return Redis.from_url(connection.resolve_url(conn), decode_responses=True)
 
 
-def new_client_like(client: Redis) -> Redis:
-    """Another client with the same settings, for a connection that blocks (BZPOPMIN)."""
-    kwargs = dict(client.connection_pool.connection_kwargs)
-    pool = client.connection_pool.__class__(
-        connection_class=client.connection_pool.connection_class, **kwargs
-    )
-    return Redis(connection_pool=pool)
+def blocking_client_like(client: Redis, *, read_timeout: float) -> Redis:
+    """A client with ``client``'s settings on its own pool, for commands that block.
+
+    redis-py's default socket timeout (5 s) would cut a ``BZPOPMIN`` that waits as long, so
+    the blocking connection reads for ``read_timeout`` seconds instead.
+    """
+    pool = client.connection_pool
+    # Drop redis-py's per-pool internals (handlers, registries, saved originals): the new
+    # pool makes its own.
+    kwargs = {
+        k: v
+        for k, v in pool.connection_kwargs.items()
+        if not k.startswith(("maint_notifications", "orig_", "himport"))
+    }
+    kwargs["socket_timeout"] = read_timeout
+    return Redis(connection_pool=type(pool)(connection_class=pool.connection_class, **kwargs))
 
 
-def check_server(client: Redis, *, strict: bool = False) -> None:
-    """Check version and eviction policy (see ``connection.check_server_info``)."""
-    info: dict[str, Any] = dict(client.info("server"))
-    info.update(client.info("memory"))
-    connection.check_server_info(info, strict=strict)
+def check_server(client: Redis, *, strict: bool = False, owned: bool = True) -> None:
+    """Check version and eviction policy (see ``connection.check_server_info``).
+
+    A client corral opened itself (``owned``) is closed when the check fails.
+    """
+    try:
+        info: dict[str, Any] = dict(client.info("server"))
+        info.update(client.info("memory"))
+        connection.check_server_info(info, strict=strict)
+    except BaseException:
+        if owned:
+            client.close()
+        raise
 
 
 def run_script(client: Redis, script: Script, keys: list[str], args: list[Any]) -> Any:

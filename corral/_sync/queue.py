@@ -63,7 +63,7 @@ class Queue:
         """The redis-py client, opened and checked on first use."""
         if self._client is None:
             client = open_client(self._connection)
-            check_server(client, strict=self._strict)
+            check_server(client, strict=self._strict, owned=client is not self._connection)
             self._client = client
         return self._client
 
