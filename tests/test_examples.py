@@ -1,0 +1,45 @@
+"""Every docs/examples/*.py runs against the test server and prints what the docs say."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "docs" / "examples").glob("*.py"))
+
+#: Lines each example must print (the docs quote them).
+EXPECTED = {
+    "quickstart.py": [
+        "completed=2 failed=1",
+        "job 1 returned {'status': 'sent', 'to': 'ada@example.com'}",
+    ],
+    "sync_producer.py": ["same job: True", "counts: {'waiting': 1}"],
+    "processors.py": [
+        "failed job says: width must be a positive integer, got -1",
+        "attempts made: 1",
+    ],
+}
+
+
+def test_every_example_is_checked() -> None:
+    assert sorted(p.name for p in EXAMPLES) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_runs(path: Path, redis_url: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=path.parent,
+        env={**os.environ, "CORRAL_REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for line in EXPECTED[path.name]:
+        assert line in proc.stdout.splitlines(), proc.stdout
