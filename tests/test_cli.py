@@ -19,6 +19,12 @@ def corral(*args: str) -> list[str]:
     return [sys.executable, "-c", "from corral.cli import main; main()", *args]
 
 
+def run_corral(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        corral(*args), cwd=ROOT, capture_output=True, text=True, timeout=30, check=False
+    )
+
+
 @pytest.mark.timeout(60)
 def test_worker_command_processes_jobs_and_stops_on_sigterm(redis_url: str) -> None:
     with Queue("cli", connection=redis_url) as queue:
@@ -72,26 +78,12 @@ def test_worker_command_processes_jobs_and_stops_on_sigterm(redis_url: str) -> N
     ],
 )
 def test_worker_command_refuses_bad_processor(spec: str, message: str) -> None:
-    proc = subprocess.run(
-        corral("worker", spec, "--queue", "q", "--url", "redis://127.0.0.1:1/0"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_corral("worker", spec, "--queue", "q", "--url", "redis://127.0.0.1:1/0")
     assert proc.returncode == 2
     assert message in proc.stderr
 
 
 def test_worker_command_needs_a_queue() -> None:
-    proc = subprocess.run(
-        corral("worker", "tests.fixtures.processors:shout"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    proc = run_corral("worker", "tests.fixtures.processors:shout")
     assert proc.returncode == 2
     assert "Missing option '--queue'" in proc.stderr

@@ -38,17 +38,8 @@ rcall("HSETNX", K_META, "opts.maxLenEvents", max_len)
 emit(max_len, "added", "jobId", job_id, "name", ARGV[3])
 
 if delay > 0 then
-  local run_at = timestamp + delay
-  add_delayed(job_id, run_at)
-  emit(max_len, "delayed", "jobId", job_id, "delay", fmt(run_at))
-  if not is_paused() then
-    mark_next_delayed()
-  end
+  schedule_delayed(job_id, timestamp + delay, max_len)
 else
-  push_ready(job_id, priority, ARGV[9] == "1")
-  if not is_paused() then
-    rcall("ZADD", K_MARKER, 0, "0")
-  end
-  emit(max_len, "waiting", "jobId", job_id)
+  make_ready(job_id, priority, ARGV[9] == "1", max_len, nil)
 end
 return {job_id, 1}

@@ -75,20 +75,11 @@ else
   end
   local retry_delay = tonumber(ARGV[10])
   if retry_delay > 0 then
-    local run_at = now + retry_delay
     rcall("HSET", job_key, "delay", retry_delay)
-    add_delayed(job_id, run_at)
-    emit(max_len, "delayed", "jobId", job_id, "delay", fmt(run_at))
-    if not is_paused() then
-      mark_next_delayed()
-    end
+    schedule_delayed(job_id, now + retry_delay, max_len)
   else
     local priority = tonumber(rcall("HGET", job_key, "priority")) or 0
-    push_ready(job_id, priority, false)
-    if not is_paused() then
-      rcall("ZADD", K_MARKER, 0, "0")
-    end
-    emit(max_len, "waiting", "jobId", job_id, "prev", "active")
+    make_ready(job_id, priority, false, max_len, "active")
   end
 end
 

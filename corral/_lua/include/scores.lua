@@ -40,3 +40,26 @@ end
 local function is_paused()
   return rcall("HEXISTS", K_META, "paused") == 1
 end
+
+-- Park a job in delayed until run_at, with its `delayed` event (needs include/events).
+local function schedule_delayed(job_id, run_at, max_len)
+  add_delayed(job_id, run_at)
+  emit(max_len, "delayed", "jobId", job_id, "delay", fmt(run_at))
+  if not is_paused() then
+    mark_next_delayed()
+  end
+end
+
+-- Make a job ready now and wake a worker unless the queue is paused; `prev` is the state it
+-- left, or nil for a new job (needs include/events).
+local function make_ready(job_id, priority, lifo, max_len, prev)
+  push_ready(job_id, priority, lifo)
+  if not is_paused() then
+    rcall("ZADD", K_MARKER, 0, "0")
+  end
+  if prev then
+    emit(max_len, "waiting", "jobId", job_id, "prev", prev)
+  else
+    emit(max_len, "waiting", "jobId", job_id)
+  end
+end
