@@ -8,39 +8,55 @@ Example::
     Worker("emails", lambda job: f"sent to {job.data['to']}").run()
 """
 
+from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
+from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._version import __version__
 from corral.errors import (
     ConfigurationError,
     CorralError,
+    DelayedError,
     InvalidOptionError,
     JobError,
+    JobLockedError,
     JobNotFoundError,
+    JobStateError,
     LockMismatchError,
     LockMissingError,
     NotActiveError,
+    QueueBusyError,
+    RateLimitError,
     ServerNotAvailable,
     UnrecoverableError,
+    WaitingError,
 )
-from corral.job import Job, JobState
+from corral.job import JobRecord, JobState
 from corral.worker import Worker
 
 __all__ = [
+    "AsyncJob",
     "AsyncQueue",
     "ConfigurationError",
     "CorralError",
+    "DelayedError",
     "InvalidOptionError",
     "Job",
     "JobError",
+    "JobLockedError",
     "JobNotFoundError",
+    "JobRecord",
     "JobState",
+    "JobStateError",
     "LockMismatchError",
     "LockMissingError",
     "NotActiveError",
     "Queue",
+    "QueueBusyError",
+    "RateLimitError",
     "ServerNotAvailable",
     "UnrecoverableError",
+    "WaitingError",
     "Worker",
     "__version__",
 ]

@@ -58,6 +58,27 @@ EXTEND_LOCKS = load("extend_locks")
 
 
 @dataclass(frozen=True, slots=True)
+class FetchNext:
+    """What a worker asks of a fetch: how many jobs, and how to lock them.
+
+    Job ``i`` of the fetch gets the lock token ``f"{token_base}:{first_seq + i}"``.
+    """
+
+    count: int
+    token_base: str
+    first_seq: int
+    lock_ms: int
+    worker_name: str = ""
+
+    def args(self) -> list[Any]:
+        return [self.count, self.token_base, self.first_seq, self.lock_ms, self.worker_name]
+
+
+#: A finish that takes no next job.
+NO_FETCH = FetchNext(0, "", 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
 class Fetched:
     """A job a worker took: its id, its lock token, and the job hash as it was taken."""
 

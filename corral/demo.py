@@ -25,7 +25,7 @@ from rich.table import Table
 from corral import server
 from corral._async.queue import AsyncQueue
 from corral.errors import CorralError, ServerNotAvailable, UnrecoverableError
-from corral.job import Job
+from corral.job import JobRecord as Job
 from corral.worker import Worker
 
 QUEUE = "demo"

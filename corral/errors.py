@@ -10,7 +10,13 @@
     │   ├── JobNotFoundError      the job hash does not exist (code -1)
     │   ├── LockMissingError      the job's lock is gone (code -2)
     │   ├── NotActiveError        the job is not in the active list (code -3)
+    │   ├── JobStateError         the job is not in a state that allows this (code -4)
+    │   ├── JobLockedError        the job is active (locked) and cannot be changed (code -5)
     │   └── LockMismatchError     the lock is held by another token (code -6)
+    ├── QueueBusyError            the queue has active jobs (obliterate without force)
+    ├── RateLimitError            raised by job code after ``rate_limit``: retry later
+    ├── DelayedError              raised by job code after ``move_to_delayed``
+    ├── WaitingError              raised by job code after ``move_to_wait``
     └── UnrecoverableError        raised by job code: fail now, never retry
 
 redis-py's own errors (``ConnectionError``, ``TimeoutError``...) pass through unchanged.
@@ -39,6 +45,22 @@ class UnrecoverableError(CorralError):
     """Raise from a processor to fail the job at once, skipping remaining attempts."""
 
 
+class QueueBusyError(CorralError):
+    """The queue has active jobs, so it cannot be obliterated without ``force=True``."""
+
+
+class RateLimitError(CorralError):
+    """Raise from a processor after ``rate_limit()``: the job goes back to wait, unfailed."""
+
+
+class DelayedError(CorralError):
+    """Raise from a processor after ``job.move_to_delayed()``: the worker leaves the job be."""
+
+
+class WaitingError(CorralError):
+    """Raise from a processor after ``job.move_to_wait()``: the worker leaves the job be."""
+
+
 class JobError(CorralError):
     """An operation on one job was refused by the server."""
 
@@ -60,6 +82,14 @@ class NotActiveError(JobError):
     """The job is not in the active state."""
 
 
+class JobStateError(JobError):
+    """The job is not in a state that allows the operation."""
+
+
+class JobLockedError(JobError):
+    """The job is active (locked by a worker) and cannot be changed or removed."""
+
+
 class LockMismatchError(JobError):
     """The job's lock belongs to another worker."""
 
@@ -69,6 +99,8 @@ SCRIPT_ERRORS: dict[int, tuple[type[JobError], str]] = {
     -1: (JobNotFoundError, "job {job_id} does not exist in queue {queue}"),
     -2: (LockMissingError, "lock of job {job_id} in queue {queue} is missing"),
     -3: (NotActiveError, "job {job_id} in queue {queue} is not active"),
+    -4: (JobStateError, "job {job_id} in queue {queue} is not in a state that allows this"),
+    -5: (JobLockedError, "job {job_id} in queue {queue} is active (locked by a worker)"),
     -6: (LockMismatchError, "lock of job {job_id} in queue {queue} is held by another worker"),
 }
 

@@ -1,10 +1,16 @@
-"""The job record: a typed view of the job hash, and the states a job can be in."""
+"""The job record: a typed view of the job hash, and the states a job can be in. Pure.
+
+``AsyncJob`` (``_async/job.py``) and ``Job`` (its generated blocking twin) add the methods
+that act on a job through its queue.
+"""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+from typing_extensions import Self
 
 from corral import _codec
 
@@ -34,7 +40,7 @@ def _opt_int(value: str | None) -> int | None:
 
 
 @dataclass(slots=True)
-class Job:
+class JobRecord:
     """One job as stored in its hash ``prefix:queue:<id>`` (BullMQ 6.x field names).
 
     Times are epoch milliseconds; ``data``, ``opts``, ``returnvalue`` and ``progress`` are
@@ -65,7 +71,7 @@ class Job:
     @classmethod
     def from_hash(
         cls, queue_name: str, job_id: str, fields: dict[str, str], *, token: str | None = None
-    ) -> Job:
+    ) -> Self:
         """Build a job from the decoded fields of its hash."""
         return cls(
             queue_name=queue_name,

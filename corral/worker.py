@@ -30,7 +30,7 @@ from corral._async._redis import blocking_client_like, check_server, open_client
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral.clock import now_ms
 from corral.errors import InvalidOptionError, JobError, UnrecoverableError, script_error
-from corral.job import Job
+from corral._async.job import AsyncJob as Job
 from corral.options import Duration, retention_limits
 
 logger = logging.getLogger("corral.worker")

@@ -19,9 +19,8 @@ PAIRS = [
 SUBS = [
     (r"from redis\.asyncio import", "from redis import"),
     (r"redis\.asyncio", "redis"),
-    (r"\bAsyncQueue\b", "Queue"),
-    (r"\bAsyncIterator\b", "Iterator"),
-    (r"\bAsyncGenerator\b", "Generator"),
+    # AsyncQueue -> Queue, AsyncJob -> Job, AsyncIterator -> Iterator...
+    (r"\bAsync([A-Z]\w*)", r"\1"),
     (r"\basync def\b", "def"),
     (r"\basync with\b", "with"),
     (r"\basync for\b", "for"),

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.asyncio import Redis
-
 from corral import _codec, _scripts, options
-from corral._async._redis import check_server, open_client, run_script
-from corral._keys import DEFAULT_PREFIX, QueueKeys
+from corral._async.job import AsyncJob
+from corral._async.queue_admin import AsyncQueueAdmin
 from corral.clock import now_ms
-from corral.job import Job, JobState
+from corral.job import JobState
 from corral.options import Duration, JobOptions, Retention
 
 #: The states ``get_job_counts()`` reports when none are named, in BullMQ's order.
@@ -25,7 +23,7 @@ COUNTED_STATES = (
 )
 
 
-class AsyncQueue:
+class AsyncQueue(AsyncQueueAdmin):
     """A queue in BullMQ 6.x's layout, for asyncio code.
 
     Args:
@@ -41,31 +39,6 @@ class AsyncQueue:
             job = await queue.add("welcome", {"to": "ada@example.com"})
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        connection: str | Redis | None = None,
-        prefix: str = DEFAULT_PREFIX,
-        strict: bool = False,
-    ) -> None:
-        self.name = options.check_name("queue name", name, colon=False)
-        self.prefix = options.check_name("prefix", prefix)
-        self.keys = QueueKeys(name, prefix)
-        self._script_keys = self.keys.script_keys()
-        self._job_prefix = self.keys.base + ":"
-        self._connection = connection
-        self._strict = strict
-        self._client: Redis | None = None
-
-    async def client(self) -> Redis:
-        """The redis-py client, opened and checked on first use."""
-        if self._client is None:
-            client = open_client(self._connection)
-            await check_server(client, strict=self._strict, owned=client is not self._connection)
-            self._client = client
-        return self._client
-
     async def add(
         self,
         name: str,
@@ -79,7 +52,7 @@ class AsyncQueue:
         remove_on_complete: Retention | None = None,
         remove_on_fail: Retention | None = None,
         timestamp: int | None = None,
-    ) -> Job:
+    ) -> AsyncJob:
         """Add a job and return it.
 
         Adding a ``job_id`` that exists already writes nothing (a ``duplicated`` event) and
@@ -102,11 +75,8 @@ class AsyncQueue:
         encoded = _codec.encode_data(data)
         ts = opts.timestamp if opts.timestamp is not None else now_ms()
         opts_json = _codec.dumps(opts.to_opts(ts))
-        client = await self.client()
-        reply = await run_script(
-            client,
+        reply = await self._run(
             _scripts.ADD_JOB,
-            self._script_keys,
             [
                 self._job_prefix,
                 opts.job_id or "",
@@ -124,7 +94,7 @@ class AsyncQueue:
             existing = await self.get_job(new_id)
             if existing is not None:
                 return existing
-        return Job(
+        job = AsyncJob(
             queue_name=self.name,
             id=new_id,
             name=name,
@@ -134,14 +104,8 @@ class AsyncQueue:
             delay=opts.delay_ms,
             priority=opts.priority,
         )
-
-    async def get_job(self, job_id: str) -> Job | None:
-        """The job with this id, or ``None`` when there is none."""
-        client = await self.client()
-        fields: dict[str, str] = await client.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
-        if not fields:
-            return None
-        return Job.from_hash(self.name, job_id, fields)
+        job.queue = self
+        return job
 
     async def get_job_counts(self, *states: str) -> dict[str, int]:
         """How many jobs are in each state (all of BullMQ's states when none are named)."""
@@ -155,12 +119,6 @@ class AsyncQueue:
                     pipe.zcard(self.keys.key(state))
             counts = await pipe.execute()
         return {state: int(n) for state, n in zip(wanted, counts, strict=True)}
-
-    async def close(self) -> None:
-        """Close the client, unless it was given by the caller."""
-        if self._client is not None and self._client is not self._connection:
-            await self._client.aclose()
-        self._client = None
 
     async def __aenter__(self) -> AsyncQueue:
         return self

@@ -14,7 +14,7 @@
 -- ARGV[10] retry delay ms (retry only): > 0 goes to delayed, 0 straight back to wait
 -- ARGV[11] fetch next: how many jobs to take after this one (0: none)
 -- ARGV[12] lock token base   ARGV[13] first token sequence number
--- ARGV[14] lock duration ms  ARGV[15] worker name or ""
+-- ARGV[14] lock duration ms  ARGV[15] worker name or ""   (ARGV[11..15]: _scripts.FetchNext)
 -- Returns {0, attempts_made, next_delayed_at, taken, id1, token1, fields1, ...}
 -- Error codes (first element): -1 job missing, -2 lock missing, -6 lock held by another
 -- token, -3 job not in active.

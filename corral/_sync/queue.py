@@ -5,13 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis import Redis
-
 from corral import _codec, _scripts, options
-from corral._sync._redis import check_server, open_client, run_script
-from corral._keys import DEFAULT_PREFIX, QueueKeys
+from corral._sync.job import Job
+from corral._sync.queue_admin import QueueAdmin
 from corral.clock import now_ms
-from corral.job import Job, JobState
+from corral.job import JobState
 from corral.options import Duration, JobOptions, Retention
 
 #: The states ``get_job_counts()`` reports when none are named, in BullMQ's order.
@@ -26,7 +24,7 @@ COUNTED_STATES = (
 )
 
 
-class Queue:
+class Queue(QueueAdmin):
     """A queue in BullMQ 6.x's layout, for asyncio code.
 
     Args:
@@ -41,31 +39,6 @@ class Queue:
         with Queue("emails") as queue:
             job = queue.add("welcome", {"to": "ada@example.com"})
     """
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        connection: str | Redis | None = None,
-        prefix: str = DEFAULT_PREFIX,
-        strict: bool = False,
-    ) -> None:
-        self.name = options.check_name("queue name", name, colon=False)
-        self.prefix = options.check_name("prefix", prefix)
-        self.keys = QueueKeys(name, prefix)
-        self._script_keys = self.keys.script_keys()
-        self._job_prefix = self.keys.base + ":"
-        self._connection = connection
-        self._strict = strict
-        self._client: Redis | None = None
-
-    def client(self) -> Redis:
-        """The redis-py client, opened and checked on first use."""
-        if self._client is None:
-            client = open_client(self._connection)
-            check_server(client, strict=self._strict, owned=client is not self._connection)
-            self._client = client
-        return self._client
 
     def add(
         self,
@@ -103,11 +76,8 @@ class Queue:
         encoded = _codec.encode_data(data)
         ts = opts.timestamp if opts.timestamp is not None else now_ms()
         opts_json = _codec.dumps(opts.to_opts(ts))
-        client = self.client()
-        reply = run_script(
-            client,
+        reply = self._run(
             _scripts.ADD_JOB,
-            self._script_keys,
             [
                 self._job_prefix,
                 opts.job_id or "",
@@ -125,7 +95,7 @@ class Queue:
             existing = self.get_job(new_id)
             if existing is not None:
                 return existing
-        return Job(
+        job = Job(
             queue_name=self.name,
             id=new_id,
             name=name,
@@ -135,14 +105,8 @@ class Queue:
             delay=opts.delay_ms,
             priority=opts.priority,
         )
-
-    def get_job(self, job_id: str) -> Job | None:
-        """The job with this id, or ``None`` when there is none."""
-        client = self.client()
-        fields: dict[str, str] = client.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
-        if not fields:
-            return None
-        return Job.from_hash(self.name, job_id, fields)
+        job.queue = self
+        return job
 
     def get_job_counts(self, *states: str) -> dict[str, int]:
         """How many jobs are in each state (all of BullMQ's states when none are named)."""
@@ -156,12 +120,6 @@ class Queue:
                     pipe.zcard(self.keys.key(state))
             counts = pipe.execute()
         return {state: int(n) for state, n in zip(wanted, counts, strict=True)}
-
-    def close(self) -> None:
-        """Close the client, unless it was given by the caller."""
-        if self._client is not None and self._client is not self._connection:
-            self._client.close()
-        self._client = None
 
     def __enter__(self) -> Queue:
         return self

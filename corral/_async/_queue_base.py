@@ -1,0 +1,73 @@
+"""What every queue-facing class shares: names, keys, the client, and running scripts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.asyncio import Redis
+
+from corral import options
+from corral._async._redis import check_server, open_client, run_script
+from corral._async.job import AsyncJob
+from corral._keys import DEFAULT_PREFIX, QueueKeys
+from corral._scripts import Script
+
+
+class AsyncQueueBase:
+    """A queue's name, keys and connection; the public API is :class:`AsyncQueue`.
+
+    Args:
+        name: the queue's name (no ``:``).
+        connection: a URL, a redis-py asyncio client made with ``decode_responses=True``, or
+            ``None`` for ``CORRAL_REDIS_URL`` / ``REDIS_URL`` / the embedded server.
+        prefix: key prefix, ``bull`` by default (what Node BullMQ and bull-board read).
+        strict: refuse, rather than warn about, a server whose maxmemory-policy evicts keys.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        connection: str | Redis | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        strict: bool = False,
+    ) -> None:
+        self.name = options.check_name("queue name", name, colon=False)
+        self.prefix = options.check_name("prefix", prefix)
+        self.keys = QueueKeys(name, prefix)
+        self._script_keys = self.keys.script_keys()
+        self._job_prefix = self.keys.base + ":"
+        self._connection = connection
+        self._strict = strict
+        self._client: Redis | None = None
+
+    async def client(self) -> Redis:
+        """The redis-py client, opened and checked on first use."""
+        if self._client is None:
+            client = open_client(self._connection)
+            await check_server(client, strict=self._strict, owned=client is not self._connection)
+            self._client = client
+        return self._client
+
+    async def _run(self, script: Script, args: list[Any]) -> Any:
+        """Run one of the queue's scripts with the queue's keys."""
+        return await run_script(await self.client(), script, self._script_keys, args)
+
+    def _bind(self, job_id: str, fields: dict[str, str], token: str | None = None) -> AsyncJob:
+        job = AsyncJob.from_hash(self.name, job_id, fields, token=token)
+        job.queue = self
+        return job
+
+    async def get_job(self, job_id: str) -> AsyncJob | None:
+        """The job with this id, or ``None`` when there is none."""
+        client = await self.client()
+        fields: dict[str, str] = await client.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
+        if not fields:
+            return None
+        return self._bind(job_id, fields)
+
+    async def close(self) -> None:
+        """Close the client, unless it was given by the caller."""
+        if self._client is not None and self._client is not self._connection:
+            await self._client.aclose()
+        self._client = None

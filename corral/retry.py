@@ -1,0 +1,52 @@
+"""Whether a failed attempt is retried, and after how long. Pure.
+
+BullMQ's rules: a job runs at most ``opts.attempts`` times; ``UnrecoverableError`` fails it
+at once; the delay comes from ``opts.backoff`` (fixed, exponential, or a custom strategy
+registered on the worker). corral adds ``retry_on`` / ``no_retry_on`` exception filters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral import backoff
+from corral.errors import UnrecoverableError
+from corral.job import JobRecord
+
+#: A custom backoff strategy: ``(attempts_made, delay_ms, error, job) -> delay ms``.
+BackoffStrategy = Callable[[int, int, BaseException, JobRecord], float]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """A worker's rules for failed attempts.
+
+    Args:
+        strategies: custom backoff types by name, used when ``opts.backoff.type`` names one.
+        retry_on: when given, only these exception types are retried.
+        no_retry_on: these exception types fail the job at once.
+    """
+
+    strategies: Mapping[str, BackoffStrategy] = field(default_factory=dict)
+    retry_on: tuple[type[BaseException], ...] | None = None
+    no_retry_on: tuple[type[BaseException], ...] = ()
+
+    def retry_delay(self, job: JobRecord, error: BaseException) -> int | None:
+        """The delay in ms before the next attempt, or ``None`` when the job fails for good.
+
+        ``job.attempts_made`` counts attempts finished before this one.
+        """
+        made = job.attempts_made + 1
+        if made >= job.max_attempts or isinstance(error, UnrecoverableError):
+            return None
+        if isinstance(error, self.no_retry_on):
+            return None
+        if self.retry_on is not None and not isinstance(error, self.retry_on):
+            return None
+        spec: Any = job.opts.get("backoff")
+        if isinstance(spec, Mapping) and spec.get("type") in self.strategies:
+            custom = self.strategies[spec["type"]]
+            return max(0, round(custom(made, int(spec.get("delay") or 0), error, job)))
+        return backoff.retry_delay_ms(spec, made)
