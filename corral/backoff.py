@@ -13,7 +13,8 @@ def retry_delay_ms(backoff: Any, attempts_made: int, *, rand: random.Random | No
         backoff: ``None``, a number (fixed delay in ms) or ``{"type", "delay", "jitter"}``.
         attempts_made: attempts finished so far, the failing one included (>= 1).
 
-    Fixed waits ``delay``; exponential waits ``delay * 2 ** (attempts_made - 1)``. With
+    Fixed waits ``delay``; exponential waits ``delay * 2 ** (attempts_made - 1)``, at most
+    ``maxDelay`` when set (a corral addition). With
     ``jitter`` j in 0..1 the delay is drawn from ``[(1 - j) * d, d]``. Unknown types give 0
     (an immediate retry) rather than losing the job; corral validates types when adding.
     """
@@ -27,6 +28,9 @@ def retry_delay_ms(backoff: Any, attempts_made: int, *, rand: random.Random | No
         delay = delay * 2 ** max(0, attempts_made - 1)
     elif kind != "fixed":
         return 0
+    cap = backoff.get("maxDelay")
+    if cap is not None:
+        delay = min(delay, int(cap))
     jitter = float(backoff.get("jitter") or 0)
     if jitter > 0:
         low = delay * (1 - jitter)

@@ -7,10 +7,12 @@ option and the value it refused.
 
 from __future__ import annotations
 
+import difflib
 import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from corral.errors import InvalidOptionError
 
@@ -97,6 +99,102 @@ def retention_limits(value: Any) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class Backoff:
+    """How long to wait before retrying: BullMQ's ``opts.backoff``.
+
+    Args:
+        type: ``"fixed"``, ``"exponential"`` (``delay * 2 ** (attempts_made - 1)``), or the
+            name of a custom strategy registered on the worker (declare it on the queue with
+            ``backoff_types=``).
+        delay: the base delay, seconds or a ``timedelta``.
+        jitter: 0..1; the delay is drawn from ``[(1 - jitter) * d, d]``.
+        max_delay: a cap on the computed delay (a corral addition, ignored by Node workers).
+    """
+
+    type: str
+    delay: Duration = 0
+    jitter: float = 0.0
+    max_delay: Duration | None = None
+
+    @classmethod
+    def fixed(cls, delay: Duration, *, jitter: float = 0.0) -> Backoff:
+        return cls("fixed", delay, jitter)
+
+    @classmethod
+    def exponential(
+        cls, delay: Duration, *, jitter: float = 0.0, max_delay: Duration | None = None
+    ) -> Backoff:
+        return cls("exponential", delay, jitter, max_delay)
+
+
+BUILTIN_BACKOFF_TYPES = frozenset({"fixed", "exponential"})
+
+
+def encode_backoff(value: Any, custom_types: Collection[str] = ()) -> dict[str, Any]:
+    """Validate a ``backoff`` option and give BullMQ's JSON object (delays in ms)."""
+    if isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
+        return {"type": "fixed", "delay": duration_ms("backoff", value)}
+    if isinstance(value, dict):
+        unknown = set(value) - {"type", "delay", "jitter", "max_delay"}
+        if unknown or "type" not in value:
+            raise InvalidOptionError(
+                f"backoff must have 'type' and optional 'delay', 'jitter', 'max_delay', "
+                f"got {value!r}"
+            )
+        value = Backoff(**value)
+    if not isinstance(value, Backoff):
+        raise InvalidOptionError(
+            f"backoff must be seconds, a Backoff or a dict with 'type', got {value!r}"
+        )
+    if value.type not in BUILTIN_BACKOFF_TYPES and value.type not in custom_types:
+        raise InvalidOptionError(
+            f"unknown backoff type {value.type!r}: use 'fixed' or 'exponential', or declare "
+            "custom strategies with Queue(..., backoff_types=[...])"
+        )
+    jitter = value.jitter
+    if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 <= jitter <= 1:
+        raise InvalidOptionError(f"backoff jitter must be a number from 0 to 1, got {jitter!r}")
+    out: dict[str, Any] = {"type": value.type, "delay": duration_ms("backoff delay", value.delay)}
+    if jitter:
+        out["jitter"] = jitter
+    if value.max_delay is not None:
+        out["maxDelay"] = duration_ms("backoff max_delay", value.max_delay)
+    return out
+
+
+def _int_option(option: str, value: Any, low: int, high: int | None = None) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bound = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise InvalidOptionError(f"{option} must be an integer {bound}, got {value!r}")
+    return value
+
+
+class JobOptionsDict(TypedDict, total=False):
+    """The keyword options of ``add`` (and of ``default_job_options`` on a queue)."""
+
+    job_id: str
+    delay: Duration
+    priority: int
+    lifo: bool
+    attempts: int
+    backoff: Duration | Backoff | dict[str, Any]
+    remove_on_complete: Retention
+    remove_on_fail: Retention
+    keep_logs: int
+    stacktrace_limit: int
+    size_limit: int
+    timestamp: int
+
+
+OPTION_NAMES = frozenset(JobOptionsDict.__annotations__)
+
+
+@dataclass(frozen=True, slots=True)
 class JobOptions:
     """Validated options of one job; ``to_opts()`` gives BullMQ's ``opts`` JSON object."""
 
@@ -105,54 +203,71 @@ class JobOptions:
     priority: int = 0
     lifo: bool = False
     attempts: int | None = None
+    backoff: dict[str, Any] | None = None
     remove_on_complete: Retention | None = None
     remove_on_fail: Retention | None = None
+    keep_logs: int | None = None
+    stacktrace_limit: int | None = None
+    size_limit: int | None = None
     timestamp: int | None = None
 
     @classmethod
     def build(
         cls,
+        options: Mapping[str, Any],
         *,
-        job_id: str | None = None,
-        delay: Duration | None = None,
-        priority: int | None = None,
-        lifo: bool = False,
-        attempts: int | None = None,
-        remove_on_complete: Retention | None = None,
-        remove_on_fail: Retention | None = None,
-        timestamp: int | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        backoff_types: Collection[str] = (),
     ) -> JobOptions:
-        """Check every option; raise :class:`InvalidOptionError` naming the first bad one."""
-        if priority is not None and (
-            isinstance(priority, bool)
-            or not isinstance(priority, int)
-            or not 0 <= priority <= MAX_PRIORITY
-        ):
-            raise InvalidOptionError(
-                f"priority must be an integer from 0 to {MAX_PRIORITY}, got {priority!r}"
-            )
-        if attempts is not None and (
-            isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
-        ):
-            raise InvalidOptionError(f"attempts must be an integer >= 1, got {attempts!r}")
-        if timestamp is not None and (
-            isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0
-        ):
-            raise InvalidOptionError(f"timestamp must be epoch ms >= 0, got {timestamp!r}")
+        """Check every option; raise :class:`InvalidOptionError` naming the first bad one.
+
+        ``defaults`` (a queue's ``default_job_options``) apply where ``options`` is silent.
+        """
+        for given in (defaults or {}, options):
+            unknown = sorted(set(given) - OPTION_NAMES)
+            if unknown:
+                hint = difflib.get_close_matches(unknown[0], OPTION_NAMES, n=1)
+                also = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise InvalidOptionError(f"unknown job option {unknown[0]!r}{also}")
+        o: dict[str, Any] = {**(defaults or {}), **options}
+        get = o.get
         return cls(
-            job_id=None if job_id is None else check_job_id(job_id),
-            delay_ms=0 if delay is None else duration_ms("delay", delay),
-            priority=priority or 0,
-            lifo=bool(lifo),
-            attempts=attempts,
+            job_id=None if get("job_id") is None else check_job_id(o["job_id"]),
+            delay_ms=0 if get("delay") is None else duration_ms("delay", o["delay"]),
+            priority=0
+            if get("priority") is None
+            else _int_option("priority", o["priority"], 0, MAX_PRIORITY),
+            lifo=_bool_option("lifo", get("lifo", False)),
+            attempts=None if get("attempts") is None else _int_option("attempts", o["attempts"], 1),
+            backoff=None if get("backoff") is None else encode_backoff(o["backoff"], backoff_types),
             remove_on_complete=None
-            if remove_on_complete is None
-            else _retention("remove_on_complete", remove_on_complete),
+            if get("remove_on_complete") is None
+            else _retention("remove_on_complete", o["remove_on_complete"]),
             remove_on_fail=None
-            if remove_on_fail is None
-            else _retention("remove_on_fail", remove_on_fail),
-            timestamp=timestamp,
+            if get("remove_on_fail") is None
+            else _retention("remove_on_fail", o["remove_on_fail"]),
+            keep_logs=None
+            if get("keep_logs") is None
+            else _int_option("keep_logs", o["keep_logs"], 0),
+            stacktrace_limit=None
+            if get("stacktrace_limit") is None
+            else _int_option("stacktrace_limit", o["stacktrace_limit"], 0),
+            size_limit=None
+            if get("size_limit") is None
+            else _int_option("size_limit", o["size_limit"], 1),
+            timestamp=None
+            if get("timestamp") is None
+            else _int_option("timestamp (epoch ms)", o["timestamp"], 0),
         )
+
+    def check_size(self, encoded_data: str) -> None:
+        """Refuse data over ``size_limit`` bytes of JSON."""
+        if self.size_limit is not None:
+            size = len(encoded_data.encode())
+            if size > self.size_limit:
+                raise InvalidOptionError(
+                    f"data is {size} bytes of JSON, over size_limit={self.size_limit}"
+                )
 
     def to_opts(self, timestamp: int) -> dict[str, Any]:
         """BullMQ's ``opts``: ``attempts`` always, the other options only when given."""
@@ -167,8 +282,22 @@ class JobOptions:
             opts["jobId"] = self.job_id
         if self.timestamp is not None:
             opts["timestamp"] = timestamp
+        if self.backoff is not None:
+            opts["backoff"] = self.backoff
         if self.remove_on_complete is not None:
             opts["removeOnComplete"] = self.remove_on_complete
         if self.remove_on_fail is not None:
             opts["removeOnFail"] = self.remove_on_fail
+        if self.keep_logs is not None:
+            opts["kl"] = self.keep_logs  # BullMQ stores keepLogs under its short name
+        if self.stacktrace_limit is not None:
+            opts["stackTraceLimit"] = self.stacktrace_limit
+        if self.size_limit is not None:
+            opts["sizeLimit"] = self.size_limit
         return opts
+
+
+def _bool_option(option: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidOptionError(f"{option} must be True or False, got {value!r}")
+    return value

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
+
+from redis.asyncio import Redis
+from typing_extensions import Unpack
 
 from corral import _codec, _scripts, options
 from corral._async.job import AsyncJob
 from corral._async.queue_admin import AsyncQueueAdmin
+from corral._keys import DEFAULT_PREFIX
 from corral.clock import now_ms
+from corral.errors import InvalidOptionError
 from corral.job import JobState
-from corral.options import Duration, JobOptions, Retention
+from corral.options import JobOptions, JobOptionsDict
 
 #: The states ``get_job_counts()`` reports when none are named, in BullMQ's order.
 COUNTED_STATES = (
@@ -22,6 +28,9 @@ COUNTED_STATES = (
     "waiting-children",
 )
 
+#: ``add_bulk`` items: ``(name, data)`` or ``(name, data, options)``.
+BulkItem = tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]
+
 
 class AsyncQueue(AsyncQueueAdmin):
     """A queue in BullMQ 6.x's layout, for asyncio code.
@@ -31,29 +40,75 @@ class AsyncQueue(AsyncQueueAdmin):
         connection: a URL, a redis-py asyncio client made with ``decode_responses=True``, or
             ``None`` for ``CORRAL_REDIS_URL`` / ``REDIS_URL`` / the embedded server.
         prefix: key prefix, ``bull`` by default (what Node BullMQ and bull-board read).
+        default_job_options: options applied to every job unless ``add`` says otherwise.
+        backoff_types: names of custom backoff strategies the workers register.
         strict: refuse, rather than warn about, a server whose maxmemory-policy evicts keys.
 
     Example::
 
-        async with AsyncQueue("emails") as queue:
+        async with AsyncQueue("emails", default_job_options={"attempts": 3}) as queue:
             job = await queue.add("welcome", {"to": "ada@example.com"})
     """
 
-    async def add(
+    def __init__(
         self,
         name: str,
-        data: Any = None,
         *,
-        job_id: str | None = None,
-        delay: Duration | None = None,
-        priority: int | None = None,
-        lifo: bool = False,
-        attempts: int | None = None,
-        remove_on_complete: Retention | None = None,
-        remove_on_fail: Retention | None = None,
-        timestamp: int | None = None,
-    ) -> AsyncJob:
+        connection: str | Redis | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        default_job_options: JobOptionsDict | None = None,
+        backoff_types: Collection[str] = (),
+        strict: bool = False,
+    ) -> None:
+        super().__init__(name, connection=connection, prefix=prefix, strict=strict)
+        self.backoff_types = frozenset(backoff_types)
+        self.default_job_options: JobOptionsDict = dict(default_job_options or {})  # type: ignore[assignment]
+        # Checked now, so a bad default fails at construction rather than at the first add.
+        JobOptions.build(self.default_job_options, backoff_types=self.backoff_types)
+
+    def _prepare(self, name: str, data: Any, given: Mapping[str, Any]) -> list[Any]:
+        """Validate one job and give the ARGV of add_job.lua; raises before any I/O."""
+        options.check_name("job name", name)
+        opts = JobOptions.build(
+            given, defaults=self.default_job_options, backoff_types=self.backoff_types
+        )
+        encoded = _codec.encode_data(data)
+        opts.check_size(encoded)
+        ts = opts.timestamp if opts.timestamp is not None else now_ms()
+        return [
+            self._job_prefix,
+            opts.job_id or "",
+            name,
+            encoded,
+            _codec.dumps(opts.to_opts(ts)),
+            ts,
+            opts.delay_ms,
+            opts.priority,
+            "1" if opts.lifo else "0",
+        ]
+
+    def _added(self, args: list[Any], reply: list[Any]) -> AsyncJob:
+        job = AsyncJob(
+            queue_name=self.name,
+            id=_codec.text(reply[0]),
+            name=args[2],
+            data=_codec.loads(args[3]),
+            opts=_codec.loads(args[4]),
+            timestamp=args[5],
+            delay=args[6],
+            priority=args[7],
+        )
+        job.queue = self
+        return job
+
+    async def add(self, name: str, data: Any = None, **options: Unpack[JobOptionsDict]) -> AsyncJob:
         """Add a job and return it.
+
+        Options (all keyword): ``job_id``, ``delay`` (seconds or ``timedelta``), ``priority``
+        (1..2,097,151, lower first; jobs without one run first), ``lifo``, ``attempts``,
+        ``backoff`` (seconds, :class:`~corral.options.Backoff` or a dict), ``remove_on_complete``
+        / ``remove_on_fail`` (``True``, a count, or ``{"age": s, "count": n}``), ``keep_logs``,
+        ``stacktrace_limit``, ``size_limit`` (bytes of JSON data), ``timestamp`` (epoch ms).
 
         Adding a ``job_id`` that exists already writes nothing (a ``duplicated`` event) and
         returns the existing job, as BullMQ does.
@@ -61,51 +116,47 @@ class AsyncQueue(AsyncQueueAdmin):
         Raises:
             InvalidOptionError: an option or the data was refused; nothing was written.
         """
-        options.check_name("job name", name)
-        opts = JobOptions.build(
-            job_id=job_id,
-            delay=delay,
-            priority=priority,
-            lifo=lifo,
-            attempts=attempts,
-            remove_on_complete=remove_on_complete,
-            remove_on_fail=remove_on_fail,
-            timestamp=timestamp,
-        )
-        encoded = _codec.encode_data(data)
-        ts = opts.timestamp if opts.timestamp is not None else now_ms()
-        opts_json = _codec.dumps(opts.to_opts(ts))
-        reply = await self._run(
-            _scripts.ADD_JOB,
-            [
-                self._job_prefix,
-                opts.job_id or "",
-                name,
-                encoded,
-                opts_json,
-                ts,
-                opts.delay_ms,
-                opts.priority,
-                "1" if opts.lifo else "0",
-            ],
-        )
-        new_id = _codec.text(reply[0])
+        args = self._prepare(name, data, options)
+        reply = await self._run(_scripts.ADD_JOB, args)
         if int(reply[1]) == 0:
-            existing = await self.get_job(new_id)
+            existing = await self.get_job(_codec.text(reply[0]))
             if existing is not None:
                 return existing
-        job = AsyncJob(
-            queue_name=self.name,
-            id=new_id,
-            name=name,
-            data=_codec.loads(encoded),
-            opts=_codec.loads(opts_json),
-            timestamp=ts,
-            delay=opts.delay_ms,
-            priority=opts.priority,
-        )
-        job.queue = self
-        return job
+        return self._added(args, reply)
+
+    async def add_bulk(self, jobs: Iterable[BulkItem]) -> list[AsyncJob]:
+        """Add many jobs atomically: every one is validated first, then all are added in one
+        MULTI/EXEC transaction, so either all are written or none is.
+
+        Args:
+            jobs: ``(name, data)`` pairs or ``(name, data, options)`` triples, where options is a
+                dict of :meth:`add`'s keyword options.
+
+        Raises:
+            InvalidOptionError: naming the index of the first bad item; nothing was written.
+        """
+        prepared: list[list[Any]] = []
+        for index, item in enumerate(jobs):
+            try:
+                prepared.append(self._prepare(*_unpack_bulk_item(item)))
+            except InvalidOptionError as exc:
+                raise InvalidOptionError(f"add_bulk item {index}: {exc}") from None
+        if not prepared:
+            return []
+        client = await self.client()
+        # Load the script before MULTI: a NOSCRIPT inside the transaction would fail it all.
+        await client.script_load(_scripts.ADD_JOB.source)
+        async with client.pipeline(transaction=True) as pipe:
+            for args in prepared:
+                pipe.evalsha(
+                    _scripts.ADD_JOB.sha, len(self._script_keys), *self._script_keys, *args
+                )
+            replies = await pipe.execute()
+        added = []
+        for args, reply in zip(prepared, replies, strict=True):
+            existing = None if int(reply[1]) else await self.get_job(_codec.text(reply[0]))
+            added.append(existing or self._added(args, reply))
+        return added
 
     async def get_job_counts(self, *states: str) -> dict[str, int]:
         """How many jobs are in each state (all of BullMQ's states when none are named)."""
@@ -125,3 +176,12 @@ class AsyncQueue(AsyncQueueAdmin):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _unpack_bulk_item(item: Any) -> tuple[str, Any, Mapping[str, Any]]:
+    if isinstance(item, Sequence) and not isinstance(item, str) and len(item) in (2, 3):
+        opts = item[2] if len(item) == 3 else {}
+        if not isinstance(opts, Mapping):
+            raise InvalidOptionError(f"options must be a dict, got {opts!r}")
+        return item[0], item[1], opts
+    raise InvalidOptionError(f"expected (name, data) or (name, data, options), got {item!r}")

@@ -7,9 +7,16 @@ from corral.options import JobOptions, check_name, duration_ms, retention_limits
 
 
 def test_opts_json_has_attempts_and_only_given_options() -> None:
-    assert JobOptions.build().to_opts(1) == {"attempts": 0}
+    assert JobOptions.build({}).to_opts(1) == {"attempts": 0}
     opts = JobOptions.build(
-        job_id="a-b", delay=1.5, priority=3, lifo=True, attempts=4, remove_on_complete=True
+        {
+            "job_id": "a-b",
+            "delay": 1.5,
+            "priority": 3,
+            "lifo": True,
+            "attempts": 4,
+            "remove_on_complete": True,
+        }
     )
     assert opts.to_opts(1) == {
         "attempts": 4,
@@ -43,12 +50,12 @@ def test_durations_accept_seconds_and_timedelta() -> None:
         ({"attempts": 0}, "attempts must be an integer >= 1"),
         ({"remove_on_complete": -1}, "remove_on_complete must be True"),
         ({"remove_on_fail": {"age": -5}}, r"remove_on_fail\['age'\] must be an integer >= 0"),
-        ({"timestamp": -3}, "timestamp must be epoch ms"),
+        ({"timestamp": -3}, r"timestamp \(epoch ms\) must be an integer >= 0"),
     ],
 )
 def test_bad_options_are_refused_with_their_name(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidOptionError, match=message):
-        JobOptions.build(**kwargs)  # type: ignore[arg-type]
+        JobOptions.build(kwargs)
 
 
 def test_names() -> None:
