@@ -55,6 +55,7 @@ ADD_JOB = load("add_job")
 MOVE_TO_ACTIVE = load("move_to_active")
 MOVE_TO_FINISHED = load("move_to_finished")
 EXTEND_LOCKS = load("extend_locks")
+CHECK_STALLED = load("check_stalled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +70,23 @@ class FetchNext:
     first_seq: int
     lock_ms: int
     worker_name: str = ""
+    #: Jobs recovered from stalls more often than this fail at fetch.
+    max_stalled: int = 1
+    #: The worker's limiter: at most ``limit_max`` jobs per ``limit_ms`` (0: none).
+    limit_max: int = 0
+    limit_ms: int = 0
 
     def args(self) -> list[Any]:
-        return [self.count, self.token_base, self.first_seq, self.lock_ms, self.worker_name]
+        return [
+            self.count,
+            self.token_base,
+            self.first_seq,
+            self.lock_ms,
+            self.worker_name,
+            self.max_stalled,
+            self.limit_max,
+            self.limit_ms,
+        ]
 
 
 #: A finish that takes no next job.

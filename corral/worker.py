@@ -4,47 +4,98 @@ One asyncio loop drives everything. Each concurrency slot is a task that runs a 
 it with ``move_to_finished`` and, in the same script call, takes the next job (fetch-next), so
 a busy worker makes one round trip per job. When slots are free and nothing was fetched, the
 worker blocks on ``BZPOPMIN K:marker`` on its own connection. ``async def`` processors run on
-the loop; plain functions run in a thread pool. A lock manager renews every held lock in one
-call every ``lock_duration / 2``.
+the loop and get an :class:`AsyncJob`; plain functions run in a thread pool and get a
+:class:`Job` whose methods block. Beside the loop, a lock manager renews every held lock in
+one call every ``lock_duration / 2``, and a stalled checker recovers jobs of dead workers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import inspect
 import logging
 import random
 import signal
-import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import redis
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from corral import _codec, _scripts, backoff, options
-from corral._async._redis import blocking_client_like, check_server, open_client, run_script
-from corral._keys import DEFAULT_PREFIX, QueueKeys
+from corral import _codec, _scripts, options
+from corral._async._redis import check_server, open_client
+from corral._async.job import AsyncJob
+from corral._async.queue import AsyncQueue
+from corral._keys import DEFAULT_PREFIX
+from corral._sync.job import Job
+from corral._sync.queue import Queue
 from corral.clock import now_ms
-from corral.errors import InvalidOptionError, JobError, UnrecoverableError, script_error
-from corral._async.job import AsyncJob as Job
-from corral.options import Duration, retention_limits
+from corral.errors import (
+    CorralError,
+    DelayedError,
+    InvalidOptionError,
+    JobError,
+    RateLimitError,
+    WaitingError,
+)
+from corral.options import Duration
+from corral.retry import BackoffStrategy, RetryPolicy
 
 logger = logging.getLogger("corral.worker")
 
-#: A processor: ``async def f(job)`` or ``def f(job)``; its return value must be JSON.
-Processor = Callable[[Job], Awaitable[Any] | Any]
+#: A processor: ``async def f(job: AsyncJob)`` or ``def f(job: Job)``; it returns JSON.
+Processor = Callable[[Any], Any]
+#: An event callback, plain or ``async def``.
+Callback = Callable[..., Any]
 
-#: BullMQ's default cap on stored stack traces per job.
-DEFAULT_STACKTRACE_LIMIT = 10
-_RECONNECT_MAX_S = 10.0
+#: Events a worker emits, with the arguments its callbacks receive.
+EVENTS = {
+    "active": "(job)",
+    "completed": "(job, result)",
+    "failed": "(job, error): every failed attempt, retried or not",
+    "progress": "(job, progress)",
+    "stalled": "(job_id)",
+    "drained": "()",
+    "error": "(error)",
+    "lock_lost": "(job_id)",
+}
+
+_NETWORK_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+#: Reconnect waits grow from 50 ms and stop growing at 1 s, so a returning server is used
+#: within about a second and a dead one costs a log line a second, never a busy loop.
+_RECONNECT_BASE_S = 0.05
+_RECONNECT_MAX_S = 1.0
 
 
-def _seconds(option: str, value: Duration) -> float:
-    return options.duration_ms(option, value) / 1000
+def _positive_int(option: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"{option} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _exception_types(option: str, value: Any) -> tuple[type[BaseException], ...]:
+    types = (value,) if isinstance(value, type) else tuple(value)
+    for t in types:
+        if not (isinstance(t, type) and issubclass(t, BaseException)):
+            raise InvalidOptionError(f"{option} must hold exception types, got {t!r}")
+    return types
+
+
+def _pool_kwargs(client: Redis, **overrides: Any) -> dict[str, Any]:
+    """``client``'s connection settings, without redis-py's per-pool internals."""
+    kwargs = {
+        k: v
+        for k, v in client.connection_pool.connection_kwargs.items()
+        if not k.startswith(("maint_notifications", "orig_", "himport"))
+    }
+    kwargs.update(overrides)
+    return kwargs
 
 
 class Worker:
@@ -52,13 +103,24 @@ class Worker:
 
     Args:
         queue_name: the queue to work on.
-        processor: ``async def`` or plain function taking a :class:`Job`; what it returns
-            (JSON) becomes the job's return value, what it raises fails the attempt.
+        processor: ``async def f(job)`` (gets an :class:`AsyncJob`) or ``def f(job)`` (runs in a
+            thread, gets a :class:`Job`); what it returns (JSON) becomes the job's return
+            value, what it raises fails the attempt. ``None`` for manual fetching with
+            :meth:`get_next_job`.
         connection: a URL, a redis-py asyncio client (``decode_responses=True``) or ``None``.
-        concurrency: how many jobs run at once.
-        name: stored on each job it takes (``processedBy``).
+        concurrency: how many jobs run at once; can be changed while running.
+        name: stored on each job it takes (``processedBy``) and shown by ``get_workers``.
         lock_duration: seconds a job's lock lives without renewal.
+        stalled_interval: seconds between stalled checks (shared by all workers of the queue).
+        max_stalled_count: how often a job may be recovered from a stall before it fails.
         drain_delay: longest blocking wait for new jobs, in seconds.
+        limiter: ``{"max": n, "duration": seconds}``: at most n jobs per duration, counted
+            across every worker of the queue.
+        backoff_strategies: custom backoff types: ``name -> f(attempts_made, delay_ms,
+            error, job) -> ms``.
+        retry_on / no_retry_on: exception types that are (only) / never retried.
+        close_grace: on SIGTERM/SIGINT, seconds to let running jobs finish before they are
+            cancelled and put back in wait.
 
     Example::
 
@@ -71,123 +133,311 @@ class Worker:
     def __init__(
         self,
         queue_name: str,
-        processor: Processor,
+        processor: Processor | None,
         *,
         connection: str | Redis | None = None,
         prefix: str = DEFAULT_PREFIX,
         concurrency: int = 1,
         name: str | None = None,
         lock_duration: Duration = 30.0,
+        stalled_interval: Duration = 30.0,
+        max_stalled_count: int = 1,
         drain_delay: Duration = 5.0,
+        limiter: Mapping[str, Any] | None = None,
+        backoff_strategies: Mapping[str, BackoffStrategy] | None = None,
+        retry_on: type[BaseException] | Sequence[type[BaseException]] | None = None,
+        no_retry_on: type[BaseException] | Sequence[type[BaseException]] = (),
+        close_grace: Duration = 30.0,
         strict: bool = False,
     ) -> None:
         options.check_name("queue name", queue_name, colon=False)
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidOptionError(f"concurrency must be an integer >= 1, got {concurrency!r}")
-        if not callable(processor):
+        if processor is not None and not callable(processor):
             raise InvalidOptionError(f"processor must be callable, got {processor!r}")
         self.queue_name = queue_name
         self.processor = processor
-        self.concurrency = concurrency
+        self._concurrency = _positive_int("concurrency", concurrency)
         self.name = name or ""
-        self.keys = QueueKeys(queue_name, prefix)
-        self._script_keys = self.keys.script_keys()
-        self._job_prefix = self.keys.base + ":"
+        self.prefix = prefix
         self._lock_ms = options.duration_ms("lock_duration", lock_duration)
-        self._drain_delay = _seconds("drain_delay", drain_delay)
+        self._stalled_ms = options.duration_ms("stalled_interval", stalled_interval)
+        if isinstance(max_stalled_count, bool) or not isinstance(max_stalled_count, int):
+            raise InvalidOptionError(
+                f"max_stalled_count must be an integer >= 0, got {max_stalled_count!r}"
+            )
+        if max_stalled_count < 0:
+            raise InvalidOptionError(
+                f"max_stalled_count must be an integer >= 0, got {max_stalled_count!r}"
+            )
+        self._max_stalled = max_stalled_count
+        self._drain_delay = options.duration_ms("drain_delay", drain_delay) / 1000
+        self._limit_max, self._limit_ms = self._parse_limiter(limiter)
+        self._policy = RetryPolicy(
+            strategies=dict(backoff_strategies or {}),
+            retry_on=None if retry_on is None else _exception_types("retry_on", retry_on),
+            no_retry_on=_exception_types("no_retry_on", no_retry_on),
+        )
+        self.close_grace = options.duration_ms("close_grace", close_grace) / 1000
         self._connection = connection
         self._strict = strict
-        self._is_async = inspect.iscoroutinefunction(processor)
+        self._is_async = processor is not None and inspect.iscoroutinefunction(processor)
         self._token_base = str(uuid.uuid4())
         self._token_seq = 0
         self._held: dict[str, str] = {}  # job id -> lock token
-        self._slots: set[asyncio.Task[None]] = set()
+        self._slots: dict[asyncio.Task[None], AsyncJob] = {}
+        self._listeners: dict[str, list[Callback]] = {}
         self._slot_freed = asyncio.Event()
         self._closing = False
+        self._running = False
         self._stopped = asyncio.Event()
-        self._client: Redis | None = None
+        self._queue: AsyncQueue | None = None
+        self._sync_queue: Queue | None = None
         self._blocking: Redis | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._block_task: asyncio.Task[Any] | None = None
+        self._drained = True
+
+    @staticmethod
+    def _parse_limiter(limiter: Mapping[str, Any] | None) -> tuple[int, int]:
+        if limiter is None:
+            return 0, 0
+        if not isinstance(limiter, Mapping) or set(limiter) != {"max", "duration"}:
+            raise InvalidOptionError(
+                f"limiter must be {{'max': n, 'duration': seconds}}, got {limiter!r}"
+            )
+        duration = options.duration_ms("limiter duration", limiter["duration"])
+        if duration <= 0:
+            raise InvalidOptionError(f"limiter duration must be > 0, got {limiter['duration']!r}")
+        return _positive_int("limiter max", limiter["max"]), duration
+
+    # -- settings and events -------------------------------------------------------------
+
+    @property
+    def concurrency(self) -> int:
+        """How many jobs run at once. Setting it while running takes effect at once."""
+        return self._concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        self._concurrency = _positive_int("concurrency", value)
+        if self._executor is not None and value > self._executor._max_workers:
+            old, self._executor = self._executor, self._new_executor()
+            old.shutdown(wait=False)
+        self._slot_freed.set()
+
+    def _new_executor(self) -> ThreadPoolExecutor:
+        # Threads are made on demand, so a roomy pool costs nothing until it is used.
+        return ThreadPoolExecutor(
+            max_workers=max(32, self._concurrency), thread_name_prefix="corral-job"
+        )
+
+    def on(self, event: str, callback: Callback | None = None) -> Any:
+        """Call ``callback`` on ``event`` (see :data:`EVENTS`); usable as a decorator.
+
+        Callbacks may be plain or ``async def``; an exception in one is logged, never fatal.
+        """
+        if event not in EVENTS:
+            raise InvalidOptionError(f"unknown worker event {event!r}; known: {sorted(EVENTS)}")
+
+        def register(fn: Callback) -> Callback:
+            self._listeners.setdefault(event, []).append(fn)
+            return fn
+
+        return register if callback is None else register(callback)
+
+    async def _emit(self, event: str, *args: Any) -> None:
+        for fn in self._listeners.get(event, ()):
+            try:
+                result = fn(*args)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                logger.exception("worker %s: %r callback failed", self.queue_name, event)
 
     # -- running -------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Run until SIGINT or SIGTERM, then close gracefully (blocking call)."""
+        """Run until SIGINT or SIGTERM, then close gracefully (a blocking call).
+
+        The first signal stops fetching and gives running jobs ``close_grace`` seconds; a
+        second one cancels them at once. Jobs cut short go back to wait.
+        """
         asyncio.run(self._run_with_signals())
 
     async def _run_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
+        signals = 0
+
+        closing: set[asyncio.Task[None]] = set()
+
+        def on_signal() -> None:
+            nonlocal signals
+            signals += 1
+            grace = self.close_grace if signals == 1 else 0.0
+            task = loop.create_task(self.close(grace=grace))
+            closing.add(task)
+            task.add_done_callback(closing.discard)
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.request_close)
+            loop.add_signal_handler(sig, on_signal)
         await self.run_async()
 
-    def request_close(self) -> None:
-        """Stop fetching new jobs; ``run_async`` returns once running jobs are done."""
+    async def close(self, *, grace: float | None = None) -> None:
+        """Stop fetching, wait up to ``grace`` seconds for running jobs (``None``: as long as
+        they take), cancel the rest and put them back in wait, then release connections."""
         self._closing = True
         self._slot_freed.set()
         if self._block_task is not None:
             self._block_task.cancel()
+        if self._slots:
+            _, pending = await asyncio.wait(list(self._slots), timeout=grace)
+            if pending:
+                await self._cut_short(pending)
+        if self._running:
+            await self._stopped.wait()
+        else:
+            await self._release()
 
-    async def close(self) -> None:
-        """Stop fetching, wait for running jobs, and release connections."""
-        self.request_close()
-        await self._stopped.wait()
+    async def _cut_short(self, tasks: set[asyncio.Task[None]]) -> None:
+        jobs = [self._slots[t] for t in tasks if t in self._slots]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for job in jobs:
+            token = self._held.pop(job.id, None)
+            if token is None:
+                continue
+            try:
+                await job.move_to_wait(token)
+                logger.info("worker %s: job %s cut short, back in wait", self.queue_name, job.id)
+            except (JobError, *_NETWORK_ERRORS) as exc:
+                logger.warning("worker %s: job %s not put back: %s", self.queue_name, job.id, exc)
 
-    async def run_async(self) -> None:
-        """Process jobs until :meth:`close` (or :meth:`request_close`) is called."""
-        self._stopped.clear()
-        try:
+    async def _open(self) -> AsyncQueue:
+        if self._queue is None:
             client = open_client(self._connection)
             await check_server(client, strict=self._strict, owned=client is not self._connection)
-            self._client = client
-            self._blocking = blocking_client_like(client, read_timeout=self._drain_delay + 10)
-            if not self._is_async:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=self.concurrency, thread_name_prefix="corral-job"
+            self._queue = AsyncQueue(self.queue_name, connection=client, prefix=self.prefix)
+        return self._queue
+
+    async def run_async(self) -> None:
+        """Process jobs until :meth:`close` is called."""
+        if self.processor is None:
+            raise InvalidOptionError("this worker has no processor: use get_next_job()")
+        self._stopped.clear()
+        self._running = True
+        try:
+            queue = await self._open()
+            client = await queue.client()
+            # The blocking connection reads longer than BZPOPMIN waits, and carries BullMQ's
+            # client name so that Queue.get_workers() (and Node's getWorkers) list this worker.
+            self._blocking = Redis(
+                connection_pool=type(client.connection_pool)(
+                    connection_class=client.connection_pool.connection_class,
+                    **_pool_kwargs(
+                        client, socket_timeout=self._drain_delay + 10, client_name=self._client_name
+                    ),
                 )
-            locks = asyncio.create_task(self._lock_manager())
+            )
+            if not self._is_async:
+                self._executor = self._new_executor()
+                self._sync_queue = Queue(
+                    self.queue_name,
+                    connection=redis.Redis(
+                        connection_pool=getattr(
+                            redis.connection, type(client.connection_pool).__name__
+                        )(
+                            connection_class=getattr(
+                                redis.connection, client.connection_pool.connection_class.__name__
+                            ),
+                            **_pool_kwargs(client),
+                        )
+                    ),
+                    prefix=self.prefix,
+                )
+            helpers = [
+                asyncio.create_task(self._lock_manager()),
+                asyncio.create_task(self._stall_checker()),
+            ]
             try:
                 await self._fetch_loop()
                 if self._slots:
                     await asyncio.gather(*self._slots, return_exceptions=True)
             finally:
-                locks.cancel()
-                await asyncio.gather(locks, return_exceptions=True)
+                for task in helpers:
+                    task.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
         finally:
             await self._release()
+            self._running = False
             self._stopped.set()
+
+    @property
+    def _client_name(self) -> str:
+        encoded = base64.b64encode(self.queue_name.encode()).decode()
+        base = f"{self.prefix}:{encoded}"
+        return f"{base}:w:{self.name}" if self.name else base
 
     async def _release(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
+        # These clients were built on pools of their own, which closing a client leaves open.
         if self._blocking is not None:
             await self._blocking.aclose()
+            await self._blocking.connection_pool.disconnect()
             self._blocking = None
-        if self._client is not None and self._client is not self._connection:
-            await self._client.aclose()
-        self._client = None
+        if self._sync_queue is not None:
+            sync_client = self._sync_queue._connection
+            if isinstance(sync_client, redis.Redis):
+                sync_client.close()
+                sync_client.connection_pool.disconnect()
+            self._sync_queue = None
+        if self._queue is not None:
+            client = self._queue._client
+            if client is not None and client is not self._connection:
+                await client.aclose()
+            self._queue = None
+
+    def _fetch(self, count: int) -> _scripts.FetchNext:
+        first = self._token_seq
+        self._token_seq += count
+        return _scripts.FetchNext(
+            count,
+            self._token_base,
+            first,
+            self._lock_ms,
+            self.name,
+            self._max_stalled,
+            self._limit_max,
+            self._limit_ms,
+        )
 
     async def _fetch_loop(self) -> None:
         failures = 0
         while not self._closing:
-            free = self.concurrency - len(self._slots)
+            free = self._concurrency - len(self._slots)
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
             try:
-                jobs, next_delayed = await self._move_to_active(free)
+                jobs, wake = await self._move_to_active(free)
                 if jobs:
+                    self._drained = False
                     for job in jobs:
-                        self._start_slot(job)
+                        await self._start_slot(job)
                 else:
-                    await self._wait_for_work(next_delayed)
+                    if not self._drained and not self._slots:
+                        self._drained = True
+                        await self._emit("drained")
+                    await self._wait_for_work(wake)
+                if failures:
+                    logger.warning("worker %s: connection restored", self.queue_name)
                 failures = 0
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            except _NETWORK_ERRORS as exc:
                 failures += 1
-                delay = min(_RECONNECT_MAX_S, 0.1 * 2**failures) * random.uniform(0.5, 1.0)
+                delay = min(_RECONNECT_MAX_S, _RECONNECT_BASE_S * 2**failures)
+                delay *= random.uniform(0.5, 1.0)
                 logger.warning(
                     "worker %s: connection error (%s); retry %d in %.2fs",
                     self.queue_name,
@@ -195,15 +445,20 @@ class Worker:
                     failures,
                     delay,
                 )
+                await self._emit("error", exc)
                 await asyncio.sleep(delay)
 
-    async def _wait_for_work(self, next_delayed: int) -> None:
+    async def _wait_for_work(self, wake: int) -> None:
+        if wake < 0:
+            # Rate limited: sleep it out; new jobs cannot be taken before then anyway.
+            await self._sleep_unless_closing(-wake / 1000)
+            return
         timeout = self._drain_delay
-        if next_delayed:
-            timeout = min(timeout, max(0.001, (next_delayed - now_ms()) / 1000))
+        if wake:
+            timeout = min(timeout, max(0.001, (wake - now_ms()) / 1000))
         assert self._blocking is not None
         self._block_task = asyncio.ensure_future(
-            self._blocking.bzpopmin(self.keys.marker, timeout=timeout)
+            self._blocking.bzpopmin(self.keys_marker, timeout=timeout)
         )
         try:
             await self._block_task
@@ -213,151 +468,147 @@ class Worker:
         finally:
             self._block_task = None
 
-    def _next_tokens(self, count: int) -> int:
-        first = self._token_seq
-        self._token_seq += count
-        return first
+    async def _sleep_unless_closing(self, seconds: float) -> None:
+        self._slot_freed.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._slot_freed.wait(), seconds)
 
-    async def _move_to_active(self, count: int) -> tuple[list[Job], int]:
-        assert self._client is not None
-        reply = await run_script(
-            self._client,
-            _scripts.MOVE_TO_ACTIVE,
-            self._script_keys,
-            [
-                self._job_prefix,
-                now_ms(),
-                count,
-                self._token_base,
-                self._next_tokens(count),
-                self._lock_ms,
-                self.name,
-            ],
+    @property
+    def keys_marker(self) -> str:
+        return f"{self.prefix}:{self.queue_name}:marker"
+
+    async def _move_to_active(self, count: int) -> tuple[list[AsyncJob], int]:
+        queue = await self._open()
+        reply = await queue._run(
+            _scripts.MOVE_TO_ACTIVE, [queue._job_prefix, now_ms(), *self._fetch(count).args()]
         )
-        return self._jobs(_scripts.parse_fetched(reply, 2)), int(reply[0])
+        return self._bind_all(_scripts.parse_fetched(reply, 2)), int(reply[0])
 
-    def _jobs(self, fetched: list[_scripts.Fetched]) -> list[Job]:
+    def _bind_all(self, fetched: list[_scripts.Fetched]) -> list[AsyncJob]:
+        assert self._queue is not None
         jobs = []
         for f in fetched:
             self._held[f.job_id] = f.token
-            jobs.append(Job.from_hash(self.queue_name, f.job_id, f.fields, token=f.token))
+            jobs.append(self._queue._bind(f.job_id, f.fields, token=f.token))
         return jobs
+
+    # -- manual fetching -----------------------------------------------------------------
+
+    async def get_next_job(self) -> AsyncJob | None:
+        """Take one job without a processor (manual processing); ``None`` when none is ready.
+
+        Finish it with ``job.move_to_completed(value)`` or ``job.move_to_failed(error)``, and
+        renew its lock with ``job.extend_lock(seconds)`` if it runs long.
+        """
+        jobs, _ = await self._move_to_active(1)
+        for job in jobs:
+            self._held.pop(job.id, None)  # the caller holds it, not the lock manager
+        return jobs[0] if jobs else None
 
     # -- one slot ------------------------------------------------------------------------
 
-    def _start_slot(self, job: Job) -> None:
+    async def _start_slot(self, job: AsyncJob) -> None:
         task = asyncio.create_task(self._slot(job))
-        self._slots.add(task)
+        self._slots[task] = job
         task.add_done_callback(self._slot_done)
 
     def _slot_done(self, task: asyncio.Task[None]) -> None:
-        self._slots.discard(task)
+        self._slots.pop(task, None)
         self._slot_freed.set()
         if not task.cancelled() and task.exception() is not None:
             logger.error("worker slot crashed", exc_info=task.exception())
 
-    async def _slot(self, job: Job | None) -> None:
+    async def _slot(self, job: AsyncJob | None) -> None:
+        current = asyncio.current_task()
         while job is not None:
+            if current is not None:
+                self._slots[current] = job
             job = await self._process(job)
 
-    async def _process(self, job: Job) -> Job | None:
+    async def _call_processor(self, job: AsyncJob) -> Any:
+        assert self.processor is not None
+        if self._is_async:
+            return await self.processor(job)
+        assert self._sync_queue is not None
+        sync_job = Job.from_hash(job.queue_name, job.id, {}, token=job.token)
+        for field in job.__dataclass_fields__:
+            setattr(sync_job, field, getattr(job, field))
+        sync_job.queue = self._sync_queue
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.processor, sync_job)
+
+    async def _process(self, job: AsyncJob) -> AsyncJob | None:
         """Run one job and finish it; return the next job fetched in the same call."""
+        await self._emit("active", job)
+        want = 0 if self._closing or len(self._slots) > self._concurrency else 1
+        token = job.token
         try:
-            if self._is_async:
-                result = await self.processor(job)
-            else:
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(self._executor, self.processor, job)
             try:
-                encoded = _codec.dumps(result)
+                result = await self._call_processor(job)
+                _codec.dumps(result)
             except TypeError as exc:
+                if "JSON" not in str(exc) and "serializ" not in str(exc):
+                    raise
                 raise TypeError(f"return value is not JSON serializable: {exc}") from None
         except asyncio.CancelledError:
             raise
+        except (DelayedError, WaitingError):
+            self._held.pop(job.id, None)  # the processor moved the job itself
+            return None
+        except RateLimitError:
+            self._held.pop(job.id, None)
+            await self._safely(job, job.move_to_wait(token))
+            return None
         except Exception as exc:
-            return await self._finish_failed(job, exc)
-        return await self._finish(job, "completed", encoded, "", job.opts.get("removeOnComplete"))
-
-    async def _finish_failed(self, job: Job, exc: BaseException) -> Job | None:
-        reason = str(exc) or type(exc).__name__
-        limit = job.opts.get("stackTraceLimit", DEFAULT_STACKTRACE_LIMIT)
-        stack = [*job.stacktrace, "".join(traceback.format_exception(exc))]
-        stacktrace = _codec.dumps(stack[-limit:] if limit else [])
-        final = isinstance(exc, UnrecoverableError) or job.attempts_made + 1 >= job.max_attempts
-        if final:
-            return await self._finish(
-                job, "failed", reason, stacktrace, job.opts.get("removeOnFail")
+            await self._emit("failed", job, exc)
+            fetched = await self._safely(
+                job, job.move_to_failed(exc, token, policy=self._policy, fetch=self._fetch(want))
             )
-        delay = backoff.retry_delay_ms(job.opts.get("backoff"), job.attempts_made + 1)
-        return await self._finish(job, "retry", reason, stacktrace, None, retry_delay=delay)
+            return self._next(job, fetched)
+        fetched = await self._safely(
+            job, job.move_to_completed(result, token, fetch=self._fetch(want))
+        )
+        if fetched is not None:
+            await self._emit("completed", job, result)
+        return self._next(job, fetched)
 
-    async def _finish(
-        self,
-        job: Job,
-        outcome: str,
-        value: str,
-        stacktrace: str,
-        retention: Any,
-        *,
-        retry_delay: int = 0,
-    ) -> Job | None:
-        assert self._client is not None
-        keep, max_age = retention_limits(retention)
-        want = 0 if self._closing else 1
-        token = self._held.pop(job.id, job.token or "0")
+    def _next(self, job: AsyncJob, fetched: list[_scripts.Fetched] | None) -> AsyncJob | None:
+        self._held.pop(job.id, None)
+        if not fetched:
+            return None
+        return self._bind_all(fetched)[0]
+
+    async def _safely(self, job: AsyncJob, step: Awaitable[Any]) -> Any:
+        """Run a finishing step; a lost lock or a dropped connection is reported, not raised.
+
+        Nothing is lost either way: a job whose finish did not land keeps its place in active
+        until its lock expires and the stalled checker gives it back to wait.
+        """
         try:
-            reply = await run_script(
-                self._client,
-                _scripts.MOVE_TO_FINISHED,
-                self._script_keys,
-                [
-                    self._job_prefix,
-                    job.id,
-                    token,
-                    now_ms(),
-                    outcome,
-                    value,
-                    stacktrace,
-                    keep,
-                    max_age,
-                    retry_delay,
-                    want,
-                    self._token_base,
-                    self._next_tokens(want),
-                    self._lock_ms,
-                    self.name,
-                ],
-            )
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            # The job stays active with its lock; it expires and the job is recovered as
-            # stalled, so nothing is lost. The fetch loop handles reconnecting.
+            return await step
+        except JobError as exc:
+            logger.warning("worker %s: job %s not finished: %s", self.queue_name, job.id, exc)
+            await self._emit("lock_lost", job.id)
+        except _NETWORK_ERRORS as exc:
             logger.warning("worker %s: could not finish job %s: %s", self.queue_name, job.id, exc)
-            return None
-        code = int(reply[0])
-        if code < 0:
-            err: JobError = script_error(code, queue=self.queue_name, job_id=job.id)
-            logger.warning("worker %s: job %s not finished: %s", self.queue_name, job.id, err)
-            return None
-        nxt = self._jobs(_scripts.parse_fetched(reply, 4))
-        return nxt[0] if nxt else None
+            await self._emit("error", exc)
+        return None
 
-    # -- locks ---------------------------------------------------------------------------
+    # -- beside the loop -----------------------------------------------------------------
 
     async def _lock_manager(self) -> None:
         interval = self._lock_ms / 2000
         while True:
             await asyncio.sleep(interval)
             held = list(self._held.items())
-            if not held or self._client is None:
+            if not held or self._queue is None:
                 continue
-            args: list[Any] = [self._job_prefix, self._lock_ms]
+            args: list[Any] = [self._queue._job_prefix, self._lock_ms]
             for job_id, token in held:
                 args += [job_id, token]
             try:
-                lost = await run_script(
-                    self._client, _scripts.EXTEND_LOCKS, self._script_keys, args
-                )
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                lost = await self._queue._run(_scripts.EXTEND_LOCKS, args)
+            except _NETWORK_ERRORS as exc:
                 logger.warning("worker %s: lock renewal failed: %s", self.queue_name, exc)
                 continue
             for raw in lost:
@@ -365,3 +616,26 @@ class Worker:
                 # The job's result will be refused by the token check; stop renewing it.
                 self._held.pop(job_id, None)
                 logger.warning("worker %s: lost the lock of job %s", self.queue_name, job_id)
+                await self._emit("lock_lost", job_id)
+
+    async def _stall_checker(self) -> None:
+        while True:
+            if self._queue is not None:
+                try:
+                    recovered = await self._queue._run(
+                        _scripts.CHECK_STALLED,
+                        [self._queue._job_prefix, now_ms(), self._stalled_ms],
+                    )
+                except _NETWORK_ERRORS as exc:
+                    logger.warning("worker %s: stalled check failed: %s", self.queue_name, exc)
+                    recovered = []
+                for raw in recovered:
+                    job_id = _codec.text(raw)
+                    logger.warning(
+                        "worker %s: job %s stalled, back in wait", self.queue_name, job_id
+                    )
+                    await self._emit("stalled", job_id)
+            await asyncio.sleep(self._stalled_ms / 1000)
+
+
+__all__ = ["EVENTS", "Worker", "CorralError"]

@@ -4,14 +4,15 @@
 --       prioritized, pc, delayed, marker, events, meta.
 -- ARGV[1] key prefix of the queue's jobs ("bull:q:")
 -- ARGV[2] now (epoch ms)
--- ARGV[3] how many jobs to take at most (the worker's free slots)
--- ARGV[4] lock token base (the worker's uuid); job i gets "<base>:<ARGV[5] + i>"
--- ARGV[5] first token sequence number
--- ARGV[6] lock duration ms
--- ARGV[7] worker name for `pb`, or ""
--- Returns {next_delayed_at, taken, id1, token1, fields1, id2, ...}: next_delayed_at is the
--- epoch ms when the earliest delayed job is due (0: none); fields are HGETALL's flat list.
--- Nothing is taken while the queue is paused or at its global concurrency.
+-- ARGV[3..10] the fetch: how many jobs at most (the worker's free slots), lock token base
+--         (job i gets "<base>:<ARGV[5] + i>"), first token sequence number, lock duration ms,
+--         worker name for `pb` or "", max stalled count, limiter max (0: none), limiter
+--         duration ms -- as corral._scripts.FetchNext.args() lays them out
+-- Returns {wake, taken, id1, token1, fields1, id2, ...}; fields are HGETALL's flat list. When
+-- nothing is taken, wake < 0 means rate limited for -wake ms, wake > 0 is the epoch ms when
+-- the earliest delayed job is due, 0 means nothing is scheduled.
+-- Nothing is taken while the queue is paused, at its global concurrency, or rate limited.
+-- Jobs over the max stalled count are failed here, not returned.
 -- Error codes: none.
 -- @include keys
 -- @include events
@@ -23,10 +24,9 @@ local now = tonumber(ARGV[2])
 local max_len = events_max_len()
 promote_delayed(prefix, now, max_len)
 local out = {0, 0}
-local taken = take_jobs(out, prefix, now, tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
-  ARGV[6], ARGV[7], max_len)
+local taken, limit_ttl = take_jobs(out, prefix, now, fetch_spec(3), max_len)
 out[2] = taken
 if taken == 0 then
-  out[1] = next_delayed_at()
+  out[1] = wake_hint(limit_ttl)
 end
 return out

@@ -12,10 +12,9 @@
 -- ARGV[8]  retention, keep count: -1 keep all, 0 remove now, n keep the newest n
 -- ARGV[9]  retention, max age ms: -1 none
 -- ARGV[10] retry delay ms (retry only): > 0 goes to delayed, 0 straight back to wait
--- ARGV[11] fetch next: how many jobs to take after this one (0: none)
--- ARGV[12] lock token base   ARGV[13] first token sequence number
--- ARGV[14] lock duration ms  ARGV[15] worker name or ""   (ARGV[11..15]: _scripts.FetchNext)
--- Returns {0, attempts_made, next_delayed_at, taken, id1, token1, fields1, ...}
+-- ARGV[11..18] fetch next, as in move_to_active.lua's ARGV[3..10] (count 0: none)
+-- Returns {0, attempts_made, wake, taken, id1, token1, fields1, ...}, wake as in
+-- move_to_active.lua
 -- Error codes (first element): -1 job missing, -2 lock missing, -6 lock held by another
 -- token, -3 job not in active.
 -- @include keys
@@ -84,14 +83,13 @@ else
 end
 
 local out = {0, attempts_made, 0, 0}
-local want = tonumber(ARGV[11])
-if want > 0 then
+local spec = fetch_spec(11)
+if spec.count > 0 then
   promote_delayed(prefix, now, max_len)
-  local taken = take_jobs(out, prefix, now, want, ARGV[12], tonumber(ARGV[13]), ARGV[14],
-    ARGV[15], max_len)
+  local taken, limit_ttl = take_jobs(out, prefix, now, spec, max_len)
   out[4] = taken
   if taken == 0 then
-    out[3] = next_delayed_at()
+    out[3] = wake_hint(limit_ttl)
     if rcall("LLEN", K_WAIT) == 0 and rcall("ZCARD", K_PRIORITIZED) == 0 then
       emit(max_len, "drained")
     end

@@ -15,20 +15,66 @@ local function promote_delayed(prefix, now, max_len)
   return #due
 end
 
--- Take up to `count` ready jobs: wait first (its right end), then the lowest prioritized.
+-- What a worker asks of a fetch: ARGV[i..i+7] as corral._scripts.FetchNext.args() lays
+-- them out (count, token base, first token seq, lock ms, worker name, max stalled count,
+-- limiter max, limiter duration ms). Missing trailing values take their defaults.
+local function fetch_spec(i)
+  return {
+    count = tonumber(ARGV[i]) or 0,
+    token_base = ARGV[i + 1] or "",
+    token_seq = tonumber(ARGV[i + 2]) or 0,
+    lock_ms = ARGV[i + 3] or "30000",
+    worker = ARGV[i + 4] or "",
+    max_stalled = tonumber(ARGV[i + 5]) or 1,
+    limit_max = tonumber(ARGV[i + 6]) or 0,
+    limit_ms = tonumber(ARGV[i + 7]) or 0,
+  }
+end
+
+-- A job recovered from stalls more than max_stalled times fails at fetch, as BullMQ's
+-- workers do; it is never handed to a processor.
+local function fail_stalled(job_id, job_key, now, max_len)
+  local reason = "job stalled more than allowable limit"
+  rcall("LREM", K_ACTIVE, -1, job_id)
+  local attempts = rcall("HINCRBY", job_key, "atm", 1)
+  rcall("HSET", job_key, "failedReason", reason, "finishedOn", now)
+  rcall("ZADD", K_FAILED, now, job_id)
+  emit(max_len, "failed", "jobId", job_id, "failedReason", reason, "prev", "active")
+  emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts)
+end
+
+-- Take up to spec.count ready jobs: wait first (its right end), then the lowest prioritized.
 -- Each gets a lock `token_base:<n>`, processedOn, ats + 1 and pb (when the worker is named).
--- Appends {id, token, HGETALL} triples to `out` and returns how many were taken.
-local function take_jobs(out, prefix, now, count, token_base, token_seq, lock_ms, worker, max_len)
-  local meta = rcall("HMGET", K_META, "paused", "concurrency")
+-- Appends {id, token, HGETALL} triples to `out`. Returns how many were taken, and the ms
+-- the rate limiter still blocks fetching (0 when it does not).
+local function take_jobs(out, prefix, now, spec, max_len)
+  local meta = rcall("HMGET", K_META, "paused", "concurrency", "max", "duration")
   if meta[1] then
-    return 0
+    return 0, 0
   end
+  local count = spec.count
   if meta[2] then
     -- Global concurrency: never more than meta.concurrency jobs active in the whole queue.
-    local room = tonumber(meta[2]) - rcall("LLEN", K_ACTIVE)
-    if room < count then
-      count = room
+    count = math.min(count, tonumber(meta[2]) - rcall("LLEN", K_ACTIVE))
+  end
+  -- The worker's limiter wins over the queue's global rate limit (meta max/duration).
+  local limit_max, limit_ms = spec.limit_max, spec.limit_ms
+  if limit_max <= 0 and meta[3] then
+    limit_max, limit_ms = tonumber(meta[3]), tonumber(meta[4]) or 0
+  end
+  local used = tonumber(rcall("GET", K_LIMITER) or "0")
+  -- 9007199254740991 is what Queue.rate_limit() writes: a pause of every worker.
+  if used >= 9007199254740991 or (limit_max > 0 and used >= limit_max) then
+    local ttl = rcall("PTTL", K_LIMITER)
+    if ttl < 0 then
+      -- A counter without expiry would block forever: give it the window it should have.
+      ttl = limit_ms > 0 and limit_ms or 1000
+      rcall("PEXPIRE", K_LIMITER, ttl)
     end
+    return 0, ttl
+  end
+  if limit_max > 0 then
+    count = math.min(count, limit_max - used)
   end
   local taken = 0
   while taken < count do
@@ -43,25 +89,34 @@ local function take_jobs(out, prefix, now, count, token_base, token_seq, lock_ms
       rcall("LPUSH", K_ACTIVE, job_id)
     end
     local job_key = prefix .. job_id
-    local token = token_base .. ":" .. (token_seq + taken)
-    rcall("SET", job_key .. ":lock", token, "PX", lock_ms)
-    if worker ~= "" then
-      rcall("HSET", job_key, "processedOn", now, "pb", worker)
-    else
-      rcall("HSET", job_key, "processedOn", now)
+    if limit_max > 0 then
+      if rcall("INCR", K_LIMITER) == 1 then
+        rcall("PEXPIRE", K_LIMITER, limit_ms)
+      end
     end
-    rcall("HINCRBY", job_key, "ats", 1)
-    emit(max_len, "active", "jobId", job_id, "prev", "waiting")
-    taken = taken + 1
-    out[#out + 1] = job_id
-    out[#out + 1] = token
-    out[#out + 1] = rcall("HGETALL", job_key)
+    if (tonumber(rcall("HGET", job_key, "stc")) or 0) > spec.max_stalled then
+      fail_stalled(job_id, job_key, now, max_len)
+    else
+      local token = spec.token_base .. ":" .. (spec.token_seq + taken)
+      rcall("SET", job_key .. ":lock", token, "PX", spec.lock_ms)
+      if spec.worker ~= "" then
+        rcall("HSET", job_key, "processedOn", now, "pb", spec.worker)
+      else
+        rcall("HSET", job_key, "processedOn", now)
+      end
+      rcall("HINCRBY", job_key, "ats", 1)
+      emit(max_len, "active", "jobId", job_id, "prev", "waiting")
+      taken = taken + 1
+      out[#out + 1] = job_id
+      out[#out + 1] = token
+      out[#out + 1] = rcall("HGETALL", job_key)
+    end
   end
   if taken > 0 and (rcall("LLEN", K_WAIT) > 0 or rcall("ZCARD", K_PRIORITIZED) > 0) then
     -- Work is left: wake another blocked worker.
     rcall("ZADD", K_MARKER, 0, "0")
   end
-  return taken
+  return taken, 0
 end
 
 -- The epoch ms at which the next delayed job is due (0 when there is none); re-arms the marker.
@@ -74,3 +129,13 @@ local function next_delayed_at()
   end
   return 0
 end
+
+-- When a fetch takes nothing, what the worker should wait for: -ttl (rate limited for ttl
+-- ms), or the epoch ms of the next delayed job (0: nothing is scheduled).
+local function wake_hint(limit_ttl)
+  if limit_ttl > 0 then
+    return -limit_ttl
+  end
+  return next_delayed_at()
+end
+
