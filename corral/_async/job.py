@@ -7,13 +7,14 @@ The blocking twin ``Job`` is generated from this file. Methods that need the job
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from corral import _codec, _scripts
-from corral.errors import script_error
-from corral.job import JobRecord
-from corral.options import retention_limits
+from corral import _codec, _scripts, clock
+from corral.errors import InvalidOptionError, script_error
+from corral.job import JobRecord, JobState
+from corral.options import MAX_PRIORITY, Duration, duration_ms, retention_limits
 from corral.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -22,6 +23,19 @@ if TYPE_CHECKING:
 #: BullMQ's default cap on stored stack traces per job.
 DEFAULT_STACKTRACE_LIMIT = 10
 _DEFAULT_POLICY = RetryPolicy()
+
+# One script per state transition of a single job (see each file's header).
+_UPDATE_PROGRESS = _scripts.load("update_progress")
+_ADD_LOG = _scripts.load("add_log")
+_UPDATE_DATA = _scripts.load("update_data")
+_CHANGE_DELAY = _scripts.load("change_delay")
+_CHANGE_PRIORITY = _scripts.load("change_priority")
+_PROMOTE_JOB = _scripts.load("promote_job")
+_RETRY_JOB = _scripts.load("retry_job")
+_REMOVE_JOB = _scripts.load("remove_job")
+_GET_STATE = _scripts.load("get_state")
+_MOVE_TO_DELAYED = _scripts.load("move_to_delayed")
+_MOVE_TO_WAIT = _scripts.load("move_to_wait")
 
 
 class AsyncJob(JobRecord):
@@ -114,3 +128,314 @@ class AsyncJob(JobRecord):
             raise script_error(code, queue=self.queue.name, job_id=self.id)
         self.attempts_made = int(reply[1])
         return _scripts.parse_fetched(reply, 4)
+
+    # -- progress, logs and data ------------------------------------------------------------
+
+    async def _change(self, script: _scripts.Script, *args: Any) -> int:
+        """Run one of the job's scripts; a negative answer is raised as its error."""
+        reply = int(await self.queue._run(script, [self.queue._job_prefix, self.id, *args]))
+        if reply < 0:
+            raise script_error(reply, queue=self.queue.name, job_id=self.id)
+        return reply
+
+    async def update_progress(self, progress: int | float | dict[str, Any] | list[Any]) -> None:
+        """Store the job's progress and emit a ``progress`` event (BullMQ's ``updateProgress``).
+
+        Args:
+            progress: a number (a percentage, by convention) or any JSON object or list.
+
+        Raises:
+            InvalidOptionError: ``progress`` cannot be written as JSON; nothing was written.
+            JobNotFoundError: the job does not exist any more.
+        """
+        encoded = _codec.encode_data(progress)
+        await self._change(_UPDATE_PROGRESS, encoded)
+        self.progress = _codec.loads(encoded)
+
+    async def log(self, line: str) -> int:
+        """Append ``line`` to the job's log, keeping the newest ``keepLogs`` lines when set.
+
+        Args:
+            line: one line of text.
+
+        Returns:
+            How many lines the log holds now.
+
+        Raises:
+            InvalidOptionError: ``line`` is not a string.
+            JobNotFoundError: the job does not exist any more.
+        """
+        if not isinstance(line, str):
+            raise InvalidOptionError(f"log line must be a string, got {type(line).__name__}")
+        keep = self.opts.get("kl", self.opts.get("keepLogs"))
+        return await self._change(_ADD_LOG, line, "" if keep is None else int(keep))
+
+    async def get_logs(
+        self, start: int = 0, end: int = -1, *, asc: bool = True
+    ) -> tuple[list[str], int]:
+        """Lines of the job's log, and how many there are in all (BullMQ's ``getJobLogs``).
+
+        Args:
+            start: index of the first line wanted (0: the oldest, or the newest when
+                ``asc=False``).
+            end: index of the last line wanted, inclusive (-1: through the last).
+            asc: oldest first; ``False`` counts from the newest and returns newest first.
+
+        Returns:
+            ``(lines, total)``.
+        """
+        key = self.queue.keys.logs(self.id)
+        client = await self.queue.client()
+        async with client.pipeline(transaction=True) as pipe:
+            if asc:
+                pipe.lrange(key, start, end)
+            else:
+                pipe.lrange(key, -(end + 1), -(start + 1))
+            pipe.llen(key)
+            lines, total = await pipe.execute()
+        if not asc:
+            lines.reverse()
+        return list(lines), int(total)
+
+    async def clear_logs(self, keep: int = 0) -> None:
+        """Delete the job's log lines but the newest ``keep`` (BullMQ's ``clearLogs``).
+
+        One command, so it needs no script to be atomic.
+        """
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise InvalidOptionError(f"keep must be an integer >= 0, got {keep!r}")
+        key = self.queue.keys.logs(self.id)
+        client = await self.queue.client()
+        if keep == 0:
+            await client.delete(key)
+        else:
+            await client.ltrim(key, -keep, -1)
+
+    async def update_data(self, data: Any) -> None:
+        """Replace the job's data (BullMQ's ``updateData``).
+
+        Raises:
+            InvalidOptionError: ``data`` cannot be written as JSON; nothing was written.
+            JobNotFoundError: the job does not exist any more.
+        """
+        encoded = _codec.encode_data(data)
+        await self._change(_UPDATE_DATA, encoded)
+        self.data = _codec.loads(encoded)
+
+    # -- rescheduling --------------------------------------------------------------------------
+
+    async def change_delay(self, delay: Duration) -> None:
+        """Reschedule a delayed job to run ``delay`` from now (BullMQ's ``changeDelay``).
+
+        Args:
+            delay: seconds or a ``timedelta``, counted from now (not from the job's timestamp).
+
+        Raises:
+            InvalidOptionError: ``delay`` is negative or not a duration.
+            JobNotFoundError: the job does not exist any more.
+            JobStateError: the job is not delayed.
+        """
+        delay_ms = duration_ms("delay", delay)
+        await self._change(_CHANGE_DELAY, clock.now_ms(), delay_ms)
+        self.delay = delay_ms
+
+    async def change_priority(self, priority: int, *, lifo: bool = False) -> None:
+        """Set the job's priority (BullMQ's ``changePriority``); ``opts`` keeps the old one.
+
+        A job in wait or prioritized is queued again under the new priority, behind the
+        jobs already queued at it (at the front of wait with ``lifo`` when it becomes 0). In
+        other states the priority applies when the job becomes ready.
+
+        Args:
+            priority: 0 (none, the highest) to 2,097,151; lower runs first.
+            lifo: with priority 0, queue the job at the front of wait.
+
+        Raises:
+            InvalidOptionError: ``priority`` is out of range.
+            JobNotFoundError: the job does not exist any more.
+        """
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or not 0 <= priority <= MAX_PRIORITY
+        ):
+            raise InvalidOptionError(
+                f"priority must be an integer from 0 to {MAX_PRIORITY}, got {priority!r}"
+            )
+        await self._change(_CHANGE_PRIORITY, priority, "1" if lifo else "0")
+        self.priority = priority
+
+    async def promote(self) -> None:
+        """Run a delayed job now: it moves to wait (or prioritized) with ``delay`` 0.
+
+        Raises:
+            JobNotFoundError: the job does not exist any more.
+            JobStateError: the job is not delayed.
+        """
+        await self._change(_PROMOTE_JOB)
+        self.delay = 0
+
+    async def retry(
+        self,
+        state: str = "failed",
+        *,
+        reset_attempts_made: bool = False,
+        reset_attempts_started: bool = False,
+    ) -> None:
+        """Queue a failed (or completed) job again (BullMQ's ``retry``).
+
+        ``finishedOn``, ``processedOn``, ``failedReason`` and ``returnvalue`` are deleted; the
+        attempt counters and stack traces are kept unless reset.
+
+        Args:
+            state: the state the job must be in, ``"failed"`` or ``"completed"``.
+            reset_attempts_made: set ``attempts_made`` back to 0.
+            reset_attempts_started: set ``attempts_started`` back to 0.
+
+        Raises:
+            InvalidOptionError: ``state`` is neither ``"failed"`` nor ``"completed"``.
+            JobNotFoundError: the job does not exist any more.
+            JobLockedError: a worker holds the job's lock.
+            JobStateError: the job is not in ``state``.
+        """
+        if state not in ("failed", "completed"):
+            raise InvalidOptionError(f"state must be 'failed' or 'completed', got {state!r}")
+        await self._change(
+            _RETRY_JOB,
+            state,
+            "1" if reset_attempts_made else "0",
+            "1" if reset_attempts_started else "0",
+        )
+        self.finished_on = self.processed_on = None
+        self.failed_reason = None
+        self.returnvalue = None
+        if reset_attempts_made:
+            self.attempts_made = 0
+        if reset_attempts_started:
+            self.attempts_started = 0
+
+    # -- removal -------------------------------------------------------------------------------
+
+    async def remove(self, *, remove_children: bool = True) -> None:
+        """Delete the job and its keys; with ``remove_children``, its flow children too.
+
+        All or nothing: if the job or any child below it is being processed, nothing is
+        removed. Each removed job gets a ``removed`` event on its own queue.
+
+        Raises:
+            JobNotFoundError: the job does not exist.
+            JobLockedError: the job, or one of its children, is active.
+        """
+        await self._change(_REMOVE_JOB, "1" if remove_children else "0")
+
+    # -- state ---------------------------------------------------------------------------------
+
+    async def get_state(self) -> JobState:
+        """Where the job is now, read atomically; ``JobState.UNKNOWN`` when nowhere."""
+        reply = await self.queue._run(_GET_STATE, [self.queue._job_prefix, self.id])
+        return JobState(_codec.text(reply))
+
+    async def is_completed(self) -> bool:
+        """Whether the job is in completed."""
+        return await self.get_state() is JobState.COMPLETED
+
+    async def is_failed(self) -> bool:
+        """Whether the job is in failed."""
+        return await self.get_state() is JobState.FAILED
+
+    async def is_delayed(self) -> bool:
+        """Whether the job is in delayed."""
+        return await self.get_state() is JobState.DELAYED
+
+    async def is_active(self) -> bool:
+        """Whether the job is in active."""
+        return await self.get_state() is JobState.ACTIVE
+
+    async def is_waiting(self) -> bool:
+        """Whether the job is in wait (a prioritized job is not: see ``is_prioritized``)."""
+        return await self.get_state() is JobState.WAITING
+
+    async def is_prioritized(self) -> bool:
+        """Whether the job is ready with a priority (in prioritized)."""
+        return await self.get_state() is JobState.PRIORITIZED
+
+    async def is_waiting_children(self) -> bool:
+        """Whether the job is a flow parent waiting for its children."""
+        return await self.get_state() is JobState.WAITING_CHILDREN
+
+    async def refresh(self) -> None:
+        """Read the job's hash again into this object (the lock token is kept).
+
+        Raises:
+            JobNotFoundError: the job does not exist any more.
+        """
+        client = await self.queue.client()
+        fields: dict[str, str] = await client.hgetall(self.queue.keys.job(self.id))  # type: ignore[assignment]
+        if not fields:
+            raise script_error(-1, queue=self.queue.name, job_id=self.id)
+        fresh = JobRecord.from_hash(self.queue_name, self.id, fields, token=self.token)
+        for f in dataclasses.fields(JobRecord):
+            setattr(self, f.name, getattr(fresh, f.name))
+
+    # -- step jobs (worker side: they need the lock token) ------------------------------------
+
+    async def move_to_delayed(self, timestamp_ms: int, token: str | None = None) -> None:
+        """Park the active job until ``timestamp_ms``; then raise ``DelayedError``.
+
+        The attempt is not finished (``attempts_made`` is unchanged): the job comes back to a
+        worker when due, as the next step of the same attempt.
+
+        Args:
+            timestamp_ms: when the job is due again, epoch ms.
+            token: the lock token; ``job.token`` by default.
+
+        Raises:
+            JobNotFoundError, LockMissingError, LockMismatchError, NotActiveError: the job
+                is gone, or not held with this token; nothing was written.
+        """
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise InvalidOptionError(f"timestamp_ms must be epoch ms >= 0, got {timestamp_ms!r}")
+        self.delay = await self._change(
+            _MOVE_TO_DELAYED, self._token(token), clock.now_ms(), timestamp_ms
+        )
+        self.token = None
+
+    async def move_to_wait(self, token: str | None = None) -> int:
+        """Hand the active job back to wait (or prioritized); then raise ``WaitingError``.
+
+        Args:
+            token: the lock token; ``job.token`` by default.
+
+        Returns:
+            The ms left on the queue's rate limit (0 when not limited), as BullMQ returns.
+
+        Raises:
+            JobNotFoundError, LockMissingError, LockMismatchError, NotActiveError: the job
+                is gone, or not held with this token; nothing was written.
+        """
+        ttl = await self._change(_MOVE_TO_WAIT, self._token(token))
+        self.token = None
+        return ttl
+
+    async def extend_lock(self, duration: Duration, token: str | None = None) -> None:
+        """Renew the job's lock for ``duration`` from now, if ``token`` still holds it.
+
+        Args:
+            duration: seconds or a ``timedelta``.
+            token: the lock token; ``job.token`` by default.
+
+        Raises:
+            LockMissingError: the lock is gone (expired, or the job finished).
+            LockMismatchError: another token holds the lock.
+        """
+        ms = duration_ms("duration", duration)
+        if ms == 0:
+            raise InvalidOptionError("duration must be more than 0")
+        held = self._token(token)
+        lost = await self.queue._run(
+            _scripts.EXTEND_LOCKS, [self.queue._job_prefix, ms, self.id, held]
+        )
+        if lost:
+            client = await self.queue.client()
+            holder = await client.get(self.queue.keys.lock(self.id))
+            raise script_error(-2 if holder is None else -6, queue=self.queue.name, job_id=self.id)

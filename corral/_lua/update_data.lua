@@ -1,0 +1,17 @@
+-- update_data: replace a job's data (BullMQ's updateData). No event, as in BullMQ.
+--
+-- KEYS: the queue's keys in corral._keys order (include/keys.lua); uses none of them.
+-- ARGV[1] key prefix of the queue's jobs ("bull:q:")
+-- ARGV[2] job id
+-- ARGV[3] data JSON
+-- Returns 0.
+-- Error codes: -1 job missing.
+-- @include keys
+
+local job_key = ARGV[1] .. ARGV[2]
+-- Checked in the script so a removed job is not brought back as a hash with only `data`.
+if rcall("EXISTS", job_key) == 0 then
+  return -1
+end
+rcall("HSET", job_key, "data", ARGV[3])
+return 0
