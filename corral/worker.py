@@ -298,19 +298,19 @@ class Worker:
             await self._release()
 
     async def _cut_short(self, tasks: set[asyncio.Task[None]]) -> None:
-        jobs = [self._slots[t] for t in tasks if t in self._slots]
         for task in tasks:
             task.cancel()
+        # Each slot puts its job back in wait as it unwinds (see _process).
         await asyncio.gather(*tasks, return_exceptions=True)
-        for job in jobs:
-            token = self._held.pop(job.id, None)
-            if token is None:
-                continue
-            try:
-                await job.move_to_wait(token)
-                logger.info("worker %s: job %s cut short, back in wait", self.queue_name, job.id)
-            except (JobError, *_NETWORK_ERRORS) as exc:
-                logger.warning("worker %s: job %s not put back: %s", self.queue_name, job.id, exc)
+
+    async def _put_back(self, job: AsyncJob, token: str | None) -> None:
+        """Return a job cut short by close() to wait at once, rather than after a stall."""
+        self._held.pop(job.id, None)
+        try:
+            await job.move_to_wait(token)
+            logger.info("worker %s: job %s cut short, back in wait", self.queue_name, job.id)
+        except (JobError, *_NETWORK_ERRORS) as exc:
+            logger.warning("worker %s: job %s not put back: %s", self.queue_name, job.id, exc)
 
     async def _open(self) -> AsyncQueue:
         if self._queue is None:
@@ -551,6 +551,8 @@ class Worker:
                     raise
                 raise TypeError(f"return value is not JSON serializable: {exc}") from None
         except asyncio.CancelledError:
+            if self._closing:
+                await self._put_back(job, token)
             raise
         except (DelayedError, WaitingError):
             self._held.pop(job.id, None)  # the processor moved the job itself

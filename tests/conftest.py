@@ -24,7 +24,7 @@ from corral import server as corral_server
 
 
 @dataclass
-class TestServer:
+class ServerProcess:
     """A server process this test session started."""
 
     binary: str
@@ -91,9 +91,9 @@ def server_binary() -> str:
 
 
 @pytest.fixture(scope="session")
-def test_server() -> Iterator[TestServer]:
+def test_server() -> Iterator[ServerProcess]:
     workdir = Path(tempfile.mkdtemp(prefix="corral-test-"))
-    srv = TestServer(server_binary(), free_port(), workdir)
+    srv = ServerProcess(server_binary(), free_port(), workdir)
     srv.start()
     try:
         yield srv
@@ -103,7 +103,7 @@ def test_server() -> Iterator[TestServer]:
 
 
 @pytest.fixture
-def redis_url(test_server: TestServer) -> Iterator[str]:
+def redis_url(test_server: ServerProcess) -> Iterator[str]:
     """The test server's URL, flushed before each test."""
     client = redis.Redis.from_url(test_server.url)
     client.flushall()
