@@ -528,13 +528,18 @@ class Worker:
     async def _call_processor(self, job: AsyncJob) -> Any:
         assert self.processor is not None
         if self._is_async:
+            job._on_progress = lambda progress: self._emit("progress", job, progress)
             return await self.processor(job)
         assert self._sync_queue is not None
+        loop = asyncio.get_running_loop()
         sync_job = Job.from_hash(job.queue_name, job.id, {}, token=job.token)
         for field in job.__dataclass_fields__:
             setattr(sync_job, field, getattr(job, field))
         sync_job.queue = self._sync_queue
-        loop = asyncio.get_running_loop()
+        # The processor runs in a thread: its progress events are emitted on the loop.
+        sync_job._on_progress = lambda progress: asyncio.run_coroutine_threadsafe(
+            self._emit("progress", sync_job, progress), loop
+        ).result()
         return await loop.run_in_executor(self._executor, self.processor, sync_job)
 
     async def _process(self, job: AsyncJob) -> AsyncJob | None:

@@ -190,6 +190,7 @@ async def test_plain_processor_gets_a_blocking_job(
     queue: AsyncQueue, r: redis.Redis, redis_url: str
 ) -> None:
     kinds: list[str] = []
+    progress: list[Any] = []
 
     def process(job: Job) -> str:
         kinds.append(type(job).__name__)
@@ -198,8 +199,11 @@ async def test_plain_processor_gets_a_blocking_job(
         return threading.current_thread().name
 
     await queue.add("x")
-    await drive(Worker("q", process, connection=redis_url), finished(queue, 1))
+    worker = Worker("q", process, connection=redis_url)
+    worker.on("progress", lambda job, value: progress.append((type(job).__name__, value)))
+    await drive(worker, finished(queue, 1))
     assert kinds == ["Job"]
+    assert progress == [("Job", 50)]
     assert r.hget("bull:q:1", "progress") == "50"
     assert r.lrange("bull:q:1:logs", 0, -1) == ["half way"]
 
@@ -222,6 +226,7 @@ async def test_events_reach_callbacks(queue: AsyncQueue, redis_url: str) -> None
     async def process(job: AsyncJob) -> str:
         if job.name == "bad":
             raise ValueError("nope")
+        await job.update_progress(42)
         return "ok"
 
     worker = Worker("q", process, connection=redis_url)
@@ -233,12 +238,14 @@ async def test_events_reach_callbacks(queue: AsyncQueue, redis_url: str) -> None
         seen.append(("failed", job.id, str(error)))
 
     worker.on("drained", lambda: seen.append(("drained",)))
+    worker.on("progress", lambda job, progress: seen.append(("progress", job.id, progress)))
     await queue.add("good")
     await queue.add("bad")
     await drive(worker, finished(queue, 2))
     await asyncio.sleep(0.1)
-    assert seen[:4] == [
+    assert seen[:5] == [
         ("active", "1"),
+        ("progress", "1", 42),
         ("completed", "1", "ok"),
         ("active", "2"),
         ("failed", "2", "nope"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
@@ -42,6 +43,8 @@ class AsyncJob(JobRecord):
     """A job of an :class:`AsyncQueue`; see :class:`corral.job.JobRecord` for its fields."""
 
     queue: AsyncQueueBase
+    #: Set by the worker that runs the job, to emit its local ``progress`` event.
+    _on_progress: Callable[[Any], Any] | None = None
 
     def _token(self, token: str | None) -> str:
         return token if token is not None else (self.token or "0")
@@ -151,6 +154,8 @@ class AsyncJob(JobRecord):
         encoded = _codec.encode_data(progress)
         await self._change(_UPDATE_PROGRESS, encoded)
         self.progress = _codec.loads(encoded)
+        if self._on_progress is not None:
+            await self._on_progress(self.progress)
 
     async def log(self, line: str) -> int:
         """Append ``line`` to the job's log, keeping the newest ``keepLogs`` lines when set.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
@@ -43,6 +44,8 @@ class Job(JobRecord):
     """A job of an :class:`Queue`; see :class:`corral.job.JobRecord` for its fields."""
 
     queue: QueueBase
+    #: Set by the worker that runs the job, to emit its local ``progress`` event.
+    _on_progress: Callable[[Any], Any] | None = None
 
     def _token(self, token: str | None) -> str:
         return token if token is not None else (self.token or "0")
@@ -152,6 +155,8 @@ class Job(JobRecord):
         encoded = _codec.encode_data(progress)
         self._change(_UPDATE_PROGRESS, encoded)
         self.progress = _codec.loads(encoded)
+        if self._on_progress is not None:
+            self._on_progress(self.progress)
 
     def log(self, line: str) -> int:
         """Append ``line`` to the job's log, keeping the newest ``keepLogs`` lines when set.
