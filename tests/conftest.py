@@ -59,7 +59,8 @@ class ServerProcess:
         deadline = time.monotonic() + 10
         while True:
             try:
-                redis.Redis(port=self.port, socket_timeout=1).ping()
+                with redis.Redis(port=self.port, socket_timeout=1) as probe:
+                    probe.ping()
                 return
             except redis.ConnectionError:
                 if time.monotonic() > deadline or self.process.poll() is not None:

@@ -34,7 +34,8 @@ def test_env_url_is_used(no_env: None, monkeypatch: pytest.MonkeyPatch, redis_ur
     monkeypatch.setenv("CORRAL_REDIS_URL", redis_url)
     with Queue("envq") as q:
         q.add("x")
-    assert redis.Redis.from_url(redis_url).llen("bull:envq:wait") == 1
+    with redis.Redis.from_url(redis_url) as check:
+        assert check.llen("bull:envq:wait") == 1
 
 
 @pytest.fixture
@@ -63,7 +64,8 @@ def test_acl_user_password_and_db(redis_url: str, r: redis.Redis) -> None:
         port = redis_url.split(":")[2].split("/")[0]
         with Queue("acl", connection=f"redis://corral-t:s3cret@127.0.0.1:{port}/3") as q:
             q.add("x")
-        assert redis.Redis.from_url(redis_url.rsplit("/", 1)[0] + "/3").llen("bull:acl:wait") == 1
+        with redis.Redis.from_url(redis_url.rsplit("/", 1)[0] + "/3") as db3:
+            assert db3.llen("bull:acl:wait") == 1
         assert r.llen("bull:acl:wait") == 0
         with (
             pytest.raises(redis.AuthenticationError),

@@ -18,6 +18,18 @@ EXPECTED = {
         "job 1 returned {'status': 'sent', 'to': 'ada@example.com'}",
     ],
     "sync_producer.py": ["same job: True", "counts: {'waiting': 1}"],
+    "retries.py": [
+        "flaky: attempts=3 ok after 3 attempts",
+        "linear: attempts=3 ok after 3 attempts",
+        "bad: attempts=1 400: the request itself is wrong",
+    ],
+    "worker_events.py": [
+        "job 1: 25%",
+        "job 1: 100%",
+        "job 1 done: {'frames': 1200}",
+        "logs: ['encoded intro.mp4'] processed by: encoder-1",
+    ],
+    "step_job.py": ["step: welcome", "step: follow-up", "result: onboarded attempts: 1"],
     "processors.py": [
         "failed job says: width must be a positive integer, got -1",
         "attempts made: 1",
