@@ -1,12 +1,204 @@
-"""Queue administration: pause, drain, clean, obliterate, listings, limits (BullMQ's ``Queue``).
+"""Queue administration: pause, drain, clean, obliterate, and moving jobs in bulk.
 
-A layer of :class:`AsyncQueue`; it uses only what :class:`AsyncQueueBase` provides.
+A layer of :class:`AsyncQueue` (over the getters and the limits). Every bulk operation runs
+its script in batches of at most :data:`BATCH` jobs and loops here until it is done: one
+script call blocks the whole server while it runs, so a long one would stall every other
+client, workers included.
 """
 
 from __future__ import annotations
 
-from corral._async._queue_base import AsyncQueueBase
+import re
+
+from corral import _scripts, clock
+from corral._async.queue_getters import check_int
+from corral._async.queue_limits import AsyncQueueLimits
+from corral.errors import InvalidOptionError, QueueBusyError
+from corral.options import Duration, duration_ms
+
+_PAUSE = _scripts.load("pause_queue")
+_DRAIN = _scripts.load("drain_queue")
+_CLEAN = _scripts.load("clean_jobs")
+_OBLITERATE = _scripts.load("obliterate_queue")
+_RETRY_JOBS = _scripts.load("retry_jobs")
+_PROMOTE_JOBS = _scripts.load("promote_jobs")
+
+#: The most jobs one script call deletes or moves.
+BATCH = 1000
+
+#: States ``clean()`` accepts, and the name clean_jobs.lua knows each by.
+CLEAN_STATES = {
+    "completed": "completed",
+    "failed": "failed",
+    "wait": "wait",
+    "waiting": "wait",
+    "paused": "paused",
+    "active": "active",
+    "delayed": "delayed",
+    "prioritized": "prioritized",
+}
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
-class AsyncQueueAdmin(AsyncQueueBase):
-    """Methods that inspect or manage a whole queue."""
+def glob_escape(text: str) -> str:
+    """``text`` as a literal in a ``SCAN MATCH`` pattern."""
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def _finished_state(state: str) -> str:
+    if state not in ("failed", "completed"):
+        raise InvalidOptionError(f"state must be 'failed' or 'completed', got {state!r}")
+    return state
+
+
+class AsyncQueueAdmin(AsyncQueueLimits):
+    """Methods that manage the whole queue."""
+
+    async def pause(self) -> None:
+        """Pause the queue: no worker takes a job until :meth:`resume`.
+
+        Active jobs run on and new jobs are still added (to wait, as BullMQ 6.x does).
+        Writes ``meta.paused`` and the ``paused`` event.
+        """
+        await self._run(_PAUSE, [self._job_prefix, "pause"])
+
+    async def resume(self) -> None:
+        """Resume a paused queue and wake its workers (event ``resumed``)."""
+        await self._run(_PAUSE, [self._job_prefix, "resume"])
+
+    async def is_paused(self) -> bool:
+        """Whether the queue is paused."""
+        client = await self.client()
+        return bool(await client.hexists(self.keys.meta, "paused"))
+
+    async def drain(self, *, delayed: bool = False) -> None:
+        """Delete every job waiting to run: waiting and prioritized ones, and delayed ones with
+        ``delayed=True``. Active, completed, failed and waiting-children jobs stay.
+        """
+        flag = "1" if delayed else "0"
+        while await self._run(_DRAIN, [self._job_prefix, flag, BATCH]) > 0:
+            pass
+
+    async def clean(self, grace: Duration, limit: int, state: str = "completed") -> list[str]:
+        """Delete up to ``limit`` jobs of ``state`` older than ``grace``; returns their ids.
+
+        A completed or failed job's age counts from when it finished, any other job's from
+        when it was created. An active job is deleted only when it holds no lock (its worker
+        is gone); a job being processed never is. Oldest jobs go first. Writes one
+        ``cleaned{count}`` event.
+
+        Args:
+            grace: keep jobs younger than this (seconds or a ``timedelta``).
+            limit: the most jobs to delete, 0 for no limit.
+            state: ``completed``, ``failed``, ``waiting`` (or ``wait``), ``delayed``,
+                ``prioritized``, ``active``, or ``paused`` (the legacy list).
+
+        Raises:
+            InvalidOptionError: a negative ``grace`` or ``limit`` or an unknown state; nothing
+                was deleted.
+        """
+        cutoff = clock.now_ms() - duration_ms("grace", grace)
+        check_int("limit", limit)
+        if state not in CLEAN_STATES:
+            known = ", ".join(CLEAN_STATES)
+            raise InvalidOptionError(f"state must be among {known}, got {state!r}")
+        removed: list[str] = []
+        cursor = 0
+        while cursor >= 0:
+            left = limit - len(removed) if limit else BATCH + 1
+            reply = await self._run(
+                _CLEAN,
+                [
+                    self._job_prefix,
+                    CLEAN_STATES[state],
+                    cutoff,
+                    min(left, BATCH),
+                    "1" if left <= BATCH else "0",
+                    cursor,
+                    len(removed),
+                ],
+            )
+            cursor = int(reply[0])
+            removed.extend(reply[1:])
+        return removed
+
+    async def obliterate(self, *, force: bool = False) -> None:
+        """Delete the whole queue: every job, its settings, events, counters and schedulers.
+
+        The queue is paused first so no worker takes a job meanwhile. Keys of other queues
+        are untouched, even those whose name starts with this one's.
+
+        Args:
+            force: delete active jobs too (their workers then fail to finish them).
+
+        Raises:
+            QueueBusyError: the queue has active jobs and ``force`` is not set; nothing was
+                deleted.
+        """
+        flag = "1" if force else "0"
+        while True:
+            reply = await self._run(_OBLITERATE, [self._job_prefix, flag, BATCH])
+            if reply < 0:
+                raise QueueBusyError(
+                    f"queue {self.name} has active jobs: obliterate(force=True) deletes them"
+                )
+            if reply == 0:
+                break
+        # Left are keys no list names (K:de:*, K:repeat*, K:metrics*, debris). The ':' ends the
+        # queue's name in the pattern, so queue "q" never matches the keys of queue "q2".
+        client = await self.client()
+        pattern = glob_escape(self._job_prefix) + "*"
+        batch: list[str] = []
+        async for key in client.scan_iter(match=pattern, count=BATCH):
+            batch.append(key)
+            if len(batch) >= BATCH:
+                await client.delete(*batch)
+                batch.clear()
+        if batch:
+            await client.delete(*batch)
+
+    async def retry_jobs(
+        self, state: str = "failed", count: int = 1000, timestamp: int | None = None
+    ) -> int:
+        """Send every failed (or completed) job back to wait; returns how many.
+
+        Each is retried as :meth:`AsyncJob.retry` does (finishedOn, processedOn,
+        failedReason and returnvalue are cleared; attempt counters stay; priority is
+        respected), with a ``waiting{prev: state}`` event, oldest first.
+
+        Args:
+            state: ``failed`` or ``completed``.
+            count: jobs moved per script call.
+            timestamp: only jobs finished at or before this epoch ms; by default the time of
+                the call, so jobs failing again meanwhile are not retried twice.
+
+        Raises:
+            InvalidOptionError: a bad state, a count < 1 or a negative timestamp.
+        """
+        _finished_state(state)
+        check_int("count", count, 1)
+        until = clock.now_ms() if timestamp is None else check_int("timestamp", timestamp)
+        total = 0
+        while True:
+            moved = int(await self._run(_RETRY_JOBS, [self._job_prefix, state, count, until]))
+            total += moved
+            if moved < count:
+                return total
+
+    async def promote_jobs(self, count: int = 1000) -> int:
+        """Run every delayed job now (to wait, or prioritized); returns how many.
+
+        Args:
+            count: jobs moved per script call.
+
+        Raises:
+            InvalidOptionError: a count < 1.
+        """
+        check_int("count", count, 1)
+        total = 0
+        while True:
+            moved = int(await self._run(_PROMOTE_JOBS, [self._job_prefix, count]))
+            total += moved
+            if moved < count:
+                return total

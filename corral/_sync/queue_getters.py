@@ -1,0 +1,274 @@
+# Generated from corral/_async/queue_getters.py by scripts/unasync.py: do not edit.
+"""Reading a queue: job listings across states, logs, counts and the workers connected to it.
+
+A layer of :class:`Queue` (BullMQ's ``QueueGetters``) that only reads; it uses only what
+:class:`QueueBase` provides.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from typing import Any
+
+from corral._sync._queue_base import QueueBase
+from corral._sync.job import Job
+from corral.errors import InvalidOptionError
+
+#: Where each state keeps its ids: ``(key suffix, is a list)``. Lists are LPUSHed, so index 0
+#: is the newest; zsets are ordered by score (run time, priority or finishedOn).
+STATE_STORAGE: dict[str, tuple[str, bool]] = {
+    "active": ("active", True),
+    "completed": ("completed", False),
+    "delayed": ("delayed", False),
+    "failed": ("failed", False),
+    "paused": ("paused", True),
+    "prioritized": ("prioritized", False),
+    "waiting": ("wait", True),
+    "waiting-children": ("waiting-children", False),
+}
+
+#: Other names a state is known by (BullMQ's ``wait`` job type, the enum's spelling).
+STATE_ALIASES = {"wait": "waiting", "waiting_children": "waiting-children"}
+
+#: What :meth:`QueueGetters.get_jobs` lists when no state is named: all of them.
+#: ``paused`` is the list BullMQ 6.x no longer fills; it is empty unless older data is there.
+ALL_STATES = tuple(STATE_STORAGE)
+
+
+def check_int(name: str, value: Any, minimum: int | None = 0) -> int:
+    """``value`` when it is an ``int`` (not a ``bool``) of at least ``minimum``.
+
+    Raises:
+        InvalidOptionError: naming ``name`` and the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOptionError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise InvalidOptionError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def check_states(states: str | Iterable[str] | None) -> list[str]:
+    """BullMQ state names, in the order given, without repeats (``None``: all of them).
+
+    Raises:
+        InvalidOptionError: naming the first unknown state.
+    """
+    if states is None:
+        return list(ALL_STATES)
+    given = [states] if isinstance(states, str) else list(states)
+    wanted: list[str] = []
+    for state in given:
+        # str() turns a JobState member into its value.
+        name = STATE_ALIASES.get(str(state), str(state)) if isinstance(state, str) else ""
+        if name not in STATE_STORAGE:
+            raise InvalidOptionError(
+                f"states must be among {', '.join(STATE_STORAGE)}, got {state!r}"
+            )
+        if name not in wanted:
+            wanted.append(name)
+    return wanted
+
+
+def _slice(first: int, last: int, total: int) -> tuple[int, int]:
+    """Redis-style inclusive bounds (negative counts from the end) as absolute indexes."""
+    start = first if first >= 0 else max(total + first, 0)
+    end = min(last if last >= 0 else total + last, total - 1)
+    return start, end
+
+
+class QueueGetters(QueueBase):
+    """Methods that read jobs, counts and workers of the queue."""
+
+    def get_jobs(
+        self,
+        states: str | Iterable[str] | None = None,
+        start: int = 0,
+        end: int = -1,
+        *,
+        asc: bool = False,
+    ) -> list[Job]:
+        """The jobs in ``states``, paginated over all of them together (BullMQ's ``getJobs``).
+
+        The states, in the order given, are read as one list and ``[start, end]`` (inclusive;
+        negative counts from the end, ``-1`` is the last) is cut from it, so pages of several
+        states follow each other with no gap and no overlap. Within a state the newest job comes
+        first, or the oldest with ``asc=True``: for ``waiting``/``active``/``paused`` that is
+        the order they entered the list; for the zsets it is the score (run time for
+        ``delayed``, priority then arrival for ``prioritized``, finishedOn for ``completed``
+        and ``failed``). Jobs removed while this reads are skipped.
+
+        Args:
+            states: ``waiting`` (or ``wait``), ``active``, ``delayed``, ``prioritized``,
+                ``completed``, ``failed``, ``waiting-children``, ``paused``; one name or several;
+                ``None`` for all of them.
+            start: first position, 0-based.
+            end: last position, inclusive.
+            asc: oldest (lowest score) first.
+
+        Raises:
+            InvalidOptionError: an unknown state or a bound that is not an integer.
+        """
+        wanted = check_states(states)
+        check_int("start", start, None)
+        check_int("end", end, None)
+        ids = self._ranged_ids(wanted, start, end, asc)
+        return self._jobs(ids)
+
+    def _ranged_ids(self, states: list[str], start: int, end: int, asc: bool) -> list[str]:
+        client = self.client()
+        storage = [(self.keys.key(STATE_STORAGE[s][0]), STATE_STORAGE[s][1]) for s in states]
+        with client.pipeline(transaction=False) as pipe:
+            for key, is_list in storage:
+                if is_list:
+                    pipe.llen(key)
+                else:
+                    pipe.zcard(key)
+            lengths = [int(n) for n in pipe.execute()]
+        first, last = _slice(start, end, sum(lengths))
+        if first > last:
+            return []
+        reversed_replies: list[bool] = []
+        with client.pipeline(transaction=False) as pipe:
+            offset = 0
+            for (key, is_list), n in zip(storage, lengths, strict=True):
+                a, b = max(first - offset, 0), min(last - offset, n - 1)
+                offset += n
+                if a > b:
+                    continue
+                if is_list and asc:
+                    # Oldest first is the right end of an LPUSHed list: read it, then reverse.
+                    pipe.lrange(key, n - 1 - b, n - 1 - a)
+                elif is_list:
+                    pipe.lrange(key, a, b)
+                else:
+                    pipe.zrange(key, a, b, desc=not asc)
+                reversed_replies.append(is_list and asc)
+            replies = pipe.execute()
+        ids: list[str] = []
+        for reply, backwards in zip(replies, reversed_replies, strict=True):
+            ids.extend(reversed(reply) if backwards else reply)
+        return ids
+
+    def _jobs(self, ids: list[str]) -> list[Job]:
+        """The jobs of ``ids`` read in one round trip; ids whose hash is gone are skipped."""
+        if not ids:
+            return []
+        client = self.client()
+        with client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hgetall(self.keys.job(job_id))
+            hashes: list[dict[str, str]] = pipe.execute()
+        return [self._bind(i, fields) for i, fields in zip(ids, hashes, strict=True) if fields]
+
+    def get_waiting(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Waiting jobs, the next to run first (``get_jobs("waiting", start, end, asc=True)``)."""
+        return self.get_jobs("waiting", start, end, asc=True)
+
+    def get_active(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Active jobs, the longest running first."""
+        return self.get_jobs("active", start, end, asc=True)
+
+    def get_delayed(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Delayed jobs, the first due first."""
+        return self.get_jobs("delayed", start, end, asc=True)
+
+    def get_prioritized(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Prioritized jobs, the next to run first."""
+        return self.get_jobs("prioritized", start, end, asc=True)
+
+    def get_waiting_children(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Parents waiting for their children, the oldest first."""
+        return self.get_jobs("waiting-children", start, end, asc=True)
+
+    def get_completed(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Completed jobs, the last finished first."""
+        return self.get_jobs("completed", start, end, asc=False)
+
+    def get_failed(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Failed jobs, the last finished first."""
+        return self.get_jobs("failed", start, end, asc=False)
+
+    def get_job_logs(
+        self, job_id: str, start: int = 0, end: int = -1, asc: bool = True
+    ) -> tuple[list[str], int]:
+        """A job's log lines ``[start, end]`` (inclusive) and how many it has in all.
+
+        Args:
+            job_id: the job.
+            start: first line, 0-based, counted in the order asked for.
+            end: last line, inclusive; negative counts from the end.
+            asc: oldest line first (``False``: newest first).
+
+        Raises:
+            InvalidOptionError: a bound that is not an integer.
+        """
+        check_int("start", start, None)
+        check_int("end", end, None)
+        key = self.keys.logs(job_id)
+        client = self.client()
+        with client.pipeline(transaction=True) as pipe:
+            if asc:
+                pipe.lrange(key, start, end)
+            else:
+                # Position i from the newest is -(i + 1) from the left: the same slice, mirrored.
+                pipe.lrange(key, -(end + 1), -(start + 1))
+            pipe.llen(key)
+            lines, count = pipe.execute()
+        return (list(lines) if asc else list(reversed(lines))), int(count)
+
+    def count(self) -> int:
+        """Jobs yet to run: waiting, paused, delayed, prioritized and waiting-children."""
+        client = self.client()
+        with client.pipeline(transaction=False) as pipe:
+            pipe.llen(self.keys.wait)
+            pipe.llen(self.keys.paused)
+            pipe.zcard(self.keys.delayed)
+            pipe.zcard(self.keys.prioritized)
+            pipe.zcard(self.keys.waiting_children)
+            counts = pipe.execute()
+        return sum(int(n) for n in counts)
+
+    def get_counts_per_priority(self, priorities: Iterable[int]) -> dict[int, int]:
+        """How many jobs are ready at each priority (0: the wait list, no priority).
+
+        Raises:
+            InvalidOptionError: a priority that is not an integer >= 0.
+        """
+        wanted: list[int] = []
+        for priority in priorities:
+            if check_int("priority", priority) not in wanted:
+                wanted.append(priority)
+        client = self.client()
+        with client.pipeline(transaction=False) as pipe:
+            for priority in wanted:
+                if priority == 0:
+                    pipe.llen(self.keys.wait)
+                else:
+                    # Scores are priority * 2^32 + counter (include/scores.lua push_ready).
+                    low = priority * 2**32
+                    pipe.zcount(self.keys.prioritized, low, low + 2**32 - 1)
+            counts = pipe.execute()
+        return {p: int(n) for p, n in zip(wanted, counts, strict=True)}
+
+    def get_workers(self) -> list[dict[str, str]]:
+        """The connections of the workers of this queue, from ``CLIENT LIST``.
+
+        A worker names its blocking connection ``<prefix>:<base64(queue name)>``, with
+        ``:w:<worker name>`` appended when the worker has a name, as BullMQ's do; Node and
+        Python workers are both listed. Each entry is the ``CLIENT LIST`` line as a dict
+        (``name``, ``addr``, ``age``, ``idle``...) plus ``worker_name`` when there is one.
+        """
+        client = self.client()
+        entries: list[dict[str, str]] = client.client_list()
+        base = f"{self.prefix}:{base64.b64encode(self.name.encode()).decode()}"
+        named = base + ":w:"
+        workers = []
+        for entry in entries:
+            name = entry.get("name", "")
+            if name == base:
+                workers.append(dict(entry))
+            elif name.startswith(named):
+                workers.append({**entry, "worker_name": name[len(named) :]})
+        return workers
