@@ -13,7 +13,7 @@ from corral._async.job import AsyncJob
 from corral._async.queue_admin import AsyncQueueAdmin
 from corral._keys import DEFAULT_PREFIX
 from corral.clock import now_ms
-from corral.errors import InvalidOptionError
+from corral.errors import InvalidOptionError, JobNotFoundError
 from corral.job import JobState
 from corral.options import JobOptions, JobOptionsDict
 
@@ -157,6 +157,27 @@ class AsyncQueue(AsyncQueueAdmin):
             existing = None if int(reply[1]) else await self.get_job(_codec.text(reply[0]))
             added.append(existing or self._added(args, reply))
         return added
+
+    async def remove(self, job_id: str, *, remove_children: bool = True) -> bool:
+        """Remove a job (and, by default, its children); ``False`` when there is no such job.
+
+        Raises:
+            JobLockedError: the job (or one of its children) is active; nothing was removed.
+        """
+        job = await self.get_job(job_id)
+        if job is None:
+            return False
+        try:
+            await job.remove(remove_children=remove_children)
+        except JobNotFoundError:
+            return False  # removed by someone else in the meantime
+        return True
+
+    async def get_job_state(self, job_id: str) -> JobState:
+        """The state of a job (``JobState.UNKNOWN`` when there is no such job)."""
+        job = AsyncJob(queue_name=self.name, id=job_id, name="", data=None)
+        job.queue = self
+        return await job.get_state()
 
     async def get_job_counts(self, *states: str) -> dict[str, int]:
         """How many jobs are in each state (all of BullMQ's states when none are named)."""

@@ -14,7 +14,7 @@ from corral._sync.job import Job
 from corral._sync.queue_admin import QueueAdmin
 from corral._keys import DEFAULT_PREFIX
 from corral.clock import now_ms
-from corral.errors import InvalidOptionError
+from corral.errors import InvalidOptionError, JobNotFoundError
 from corral.job import JobState
 from corral.options import JobOptions, JobOptionsDict
 
@@ -158,6 +158,27 @@ class Queue(QueueAdmin):
             existing = None if int(reply[1]) else self.get_job(_codec.text(reply[0]))
             added.append(existing or self._added(args, reply))
         return added
+
+    def remove(self, job_id: str, *, remove_children: bool = True) -> bool:
+        """Remove a job (and, by default, its children); ``False`` when there is no such job.
+
+        Raises:
+            JobLockedError: the job (or one of its children) is active; nothing was removed.
+        """
+        job = self.get_job(job_id)
+        if job is None:
+            return False
+        try:
+            job.remove(remove_children=remove_children)
+        except JobNotFoundError:
+            return False  # removed by someone else in the meantime
+        return True
+
+    def get_job_state(self, job_id: str) -> JobState:
+        """The state of a job (``JobState.UNKNOWN`` when there is no such job)."""
+        job = Job(queue_name=self.name, id=job_id, name="", data=None)
+        job.queue = self
+        return job.get_state()
 
     def get_job_counts(self, *states: str) -> dict[str, int]:
         """How many jobs are in each state (all of BullMQ's states when none are named)."""

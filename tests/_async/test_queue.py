@@ -150,3 +150,20 @@ async def test_bad_input_writes_nothing(
 async def test_bad_queue_name_is_refused(redis_url: str) -> None:
     with pytest.raises(InvalidOptionError, match="queue name must not contain ':'"):
         AsyncQueue("a:b", connection=redis_url)
+
+
+async def test_remove_and_get_job_state(queue: AsyncQueue, r: redis.Redis) -> None:
+    await queue.add("a")
+    await queue.add("b", delay=60)
+    assert await queue.get_job_state("1") == "waiting"
+    assert await queue.get_job_state("2") == "delayed"
+    assert await queue.get_job_state("nope") == "unknown"
+    assert await queue.remove("2") is True
+    assert await queue.remove("2") is False
+    assert r.exists("bull:q:2") == 0
+    assert r.zcard("bull:q:delayed") == 0
+    assert r.xrevrange("bull:q:events", count=1)[0][1] == {
+        "event": "removed",
+        "jobId": "2",
+        "prev": "delayed",
+    }

@@ -151,3 +151,20 @@ def test_bad_input_writes_nothing(
 def test_bad_queue_name_is_refused(redis_url: str) -> None:
     with pytest.raises(InvalidOptionError, match="queue name must not contain ':'"):
         Queue("a:b", connection=redis_url)
+
+
+def test_remove_and_get_job_state(queue: Queue, r: redis.Redis) -> None:
+    queue.add("a")
+    queue.add("b", delay=60)
+    assert queue.get_job_state("1") == "waiting"
+    assert queue.get_job_state("2") == "delayed"
+    assert queue.get_job_state("nope") == "unknown"
+    assert queue.remove("2") is True
+    assert queue.remove("2") is False
+    assert r.exists("bull:q:2") == 0
+    assert r.zcard("bull:q:delayed") == 0
+    assert r.xrevrange("bull:q:events", count=1)[0][1] == {
+        "event": "removed",
+        "jobId": "2",
+        "prev": "delayed",
+    }
