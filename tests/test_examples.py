@@ -18,6 +18,12 @@ EXPECTED = {
         "job 1 returned {'status': 'sent', 'to': 'ada@example.com'}",
     ],
     "sync_producer.py": ["same job: True", "counts: {'waiting': 1}"],
+    "queue_admin.py": [
+        "paused: True waiting: 6",
+        "first page: ['1', '2', '3']",
+        "retried: 2 counts: {'completed': 6, 'failed': 0}",
+        "cleaned: 6",
+    ],
     "retries.py": [
         "flaky: attempts=3 ok after 3 attempts",
         "linear: attempts=3 ok after 3 attempts",
