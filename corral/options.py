@@ -162,7 +162,7 @@ def encode_backoff(value: Any, custom_types: Collection[str] = ()) -> dict[str, 
     return out
 
 
-def _int_option(option: str, value: Any, low: int, high: int | None = None) -> int:
+def int_option(option: str, value: Any, low: int, high: int | None = None) -> int:
     if (
         isinstance(value, bool)
         or not isinstance(value, int)
@@ -236,9 +236,9 @@ class JobOptions:
             delay_ms=0 if get("delay") is None else duration_ms("delay", o["delay"]),
             priority=0
             if get("priority") is None
-            else _int_option("priority", o["priority"], 0, MAX_PRIORITY),
+            else int_option("priority", o["priority"], 0, MAX_PRIORITY),
             lifo=_bool_option("lifo", get("lifo", False)),
-            attempts=None if get("attempts") is None else _int_option("attempts", o["attempts"], 1),
+            attempts=None if get("attempts") is None else int_option("attempts", o["attempts"], 1),
             backoff=None if get("backoff") is None else encode_backoff(o["backoff"], backoff_types),
             remove_on_complete=None
             if get("remove_on_complete") is None
@@ -248,16 +248,16 @@ class JobOptions:
             else _retention("remove_on_fail", o["remove_on_fail"]),
             keep_logs=None
             if get("keep_logs") is None
-            else _int_option("keep_logs", o["keep_logs"], 0),
+            else int_option("keep_logs", o["keep_logs"], 0),
             stacktrace_limit=None
             if get("stacktrace_limit") is None
-            else _int_option("stacktrace_limit", o["stacktrace_limit"], 0),
+            else int_option("stacktrace_limit", o["stacktrace_limit"], 0),
             size_limit=None
             if get("size_limit") is None
-            else _int_option("size_limit", o["size_limit"], 1),
+            else int_option("size_limit", o["size_limit"], 1),
             timestamp=None
             if get("timestamp") is None
-            else _int_option("timestamp (epoch ms)", o["timestamp"], 0),
+            else int_option("timestamp (epoch ms)", o["timestamp"], 0),
         )
 
     def check_size(self, encoded_data: str) -> None:
@@ -301,3 +301,26 @@ def _bool_option(option: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidOptionError(f"{option} must be True or False, got {value!r}")
     return value
+
+
+def exception_types(option: str, value: Any) -> tuple[type[BaseException], ...]:
+    """One exception type or several, as a tuple for ``isinstance``."""
+    types = (value,) if isinstance(value, type) else tuple(value)
+    for t in types:
+        if not (isinstance(t, type) and issubclass(t, BaseException)):
+            raise InvalidOptionError(f"{option} must hold exception types, got {t!r}")
+    return types
+
+
+def limiter(value: Mapping[str, Any] | None) -> tuple[int, int]:
+    """A worker's ``limiter`` (``{"max": n, "duration": seconds}``) as ``(max, ms)``."""
+    if value is None:
+        return 0, 0
+    if not isinstance(value, Mapping) or set(value) != {"max", "duration"}:
+        raise InvalidOptionError(
+            f"limiter must be {{'max': n, 'duration': seconds}}, got {value!r}"
+        )
+    duration = duration_ms("limiter duration", value["duration"])
+    if duration <= 0:
+        raise InvalidOptionError(f"limiter duration must be > 0, got {value['duration']!r}")
+    return int_option("limiter max", value["max"], 1), duration

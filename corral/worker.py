@@ -25,19 +25,17 @@ from typing import Any
 
 import redis
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from corral import _codec, _scripts, options
+from corral import _codec, _scripts, _twins, _upkeep, options
 from corral._async._redis import check_server, open_client
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
 from corral._keys import DEFAULT_PREFIX
+from corral._listeners import Callback, Listeners
 from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral.clock import now_ms
 from corral.errors import (
-    CorralError,
     DelayedError,
     InvalidOptionError,
     JobError,
@@ -51,8 +49,6 @@ logger = logging.getLogger("corral.worker")
 
 #: A processor: ``async def f(job: AsyncJob)`` or ``def f(job: Job)``; it returns JSON.
 Processor = Callable[[Any], Any]
-#: An event callback, plain or ``async def``.
-Callback = Callable[..., Any]
 
 #: Events a worker emits, with the arguments its callbacks receive.
 EVENTS = {
@@ -66,36 +62,11 @@ EVENTS = {
     "lock_lost": "(job_id)",
 }
 
-_NETWORK_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+_NETWORK_ERRORS = _upkeep.NETWORK_ERRORS
 #: Reconnect waits grow from 50 ms and stop growing at 1 s, so a returning server is used
 #: within about a second and a dead one costs a log line a second, never a busy loop.
 _RECONNECT_BASE_S = 0.05
 _RECONNECT_MAX_S = 1.0
-
-
-def _positive_int(option: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOptionError(f"{option} must be an integer >= 1, got {value!r}")
-    return value
-
-
-def _exception_types(option: str, value: Any) -> tuple[type[BaseException], ...]:
-    types = (value,) if isinstance(value, type) else tuple(value)
-    for t in types:
-        if not (isinstance(t, type) and issubclass(t, BaseException)):
-            raise InvalidOptionError(f"{option} must hold exception types, got {t!r}")
-    return types
-
-
-def _pool_kwargs(client: Redis, **overrides: Any) -> dict[str, Any]:
-    """``client``'s connection settings, without redis-py's per-pool internals."""
-    kwargs = {
-        k: v
-        for k, v in client.connection_pool.connection_kwargs.items()
-        if not k.startswith(("maint_notifications", "orig_", "himport"))
-    }
-    kwargs.update(overrides)
-    return kwargs
 
 
 class Worker:
@@ -155,26 +126,18 @@ class Worker:
             raise InvalidOptionError(f"processor must be callable, got {processor!r}")
         self.queue_name = queue_name
         self.processor = processor
-        self._concurrency = _positive_int("concurrency", concurrency)
+        self._concurrency = options.int_option("concurrency", concurrency, 1)
         self.name = name or ""
         self.prefix = prefix
         self._lock_ms = options.duration_ms("lock_duration", lock_duration)
         self._stalled_ms = options.duration_ms("stalled_interval", stalled_interval)
-        if isinstance(max_stalled_count, bool) or not isinstance(max_stalled_count, int):
-            raise InvalidOptionError(
-                f"max_stalled_count must be an integer >= 0, got {max_stalled_count!r}"
-            )
-        if max_stalled_count < 0:
-            raise InvalidOptionError(
-                f"max_stalled_count must be an integer >= 0, got {max_stalled_count!r}"
-            )
-        self._max_stalled = max_stalled_count
+        self._max_stalled = options.int_option("max_stalled_count", max_stalled_count, 0)
         self._drain_delay = options.duration_ms("drain_delay", drain_delay) / 1000
-        self._limit_max, self._limit_ms = self._parse_limiter(limiter)
+        self._limit_max, self._limit_ms = options.limiter(limiter)
         self._policy = RetryPolicy(
             strategies=dict(backoff_strategies or {}),
-            retry_on=None if retry_on is None else _exception_types("retry_on", retry_on),
-            no_retry_on=_exception_types("no_retry_on", no_retry_on),
+            retry_on=None if retry_on is None else options.exception_types("retry_on", retry_on),
+            no_retry_on=options.exception_types("no_retry_on", no_retry_on),
         )
         self.close_grace = options.duration_ms("close_grace", close_grace) / 1000
         self._connection = connection
@@ -184,7 +147,7 @@ class Worker:
         self._token_seq = 0
         self._held: dict[str, str] = {}  # job id -> lock token
         self._slots: dict[asyncio.Task[None], AsyncJob] = {}
-        self._listeners: dict[str, list[Callback]] = {}
+        self._listeners = Listeners("worker", EVENTS)
         self._slot_freed = asyncio.Event()
         self._closing = False
         self._running = False
@@ -196,19 +159,6 @@ class Worker:
         self._block_task: asyncio.Task[Any] | None = None
         self._drained = True
 
-    @staticmethod
-    def _parse_limiter(limiter: Mapping[str, Any] | None) -> tuple[int, int]:
-        if limiter is None:
-            return 0, 0
-        if not isinstance(limiter, Mapping) or set(limiter) != {"max", "duration"}:
-            raise InvalidOptionError(
-                f"limiter must be {{'max': n, 'duration': seconds}}, got {limiter!r}"
-            )
-        duration = options.duration_ms("limiter duration", limiter["duration"])
-        if duration <= 0:
-            raise InvalidOptionError(f"limiter duration must be > 0, got {limiter['duration']!r}")
-        return _positive_int("limiter max", limiter["max"]), duration
-
     # -- settings and events -------------------------------------------------------------
 
     @property
@@ -218,7 +168,7 @@ class Worker:
 
     @concurrency.setter
     def concurrency(self, value: int) -> None:
-        self._concurrency = _positive_int("concurrency", value)
+        self._concurrency = options.int_option("concurrency", value, 1)
         if self._executor is not None and value > self._executor._max_workers:
             old, self._executor = self._executor, self._new_executor()
             old.shutdown(wait=False)
@@ -235,23 +185,10 @@ class Worker:
 
         Callbacks may be plain or ``async def``; an exception in one is logged, never fatal.
         """
-        if event not in EVENTS:
-            raise InvalidOptionError(f"unknown worker event {event!r}; known: {sorted(EVENTS)}")
-
-        def register(fn: Callback) -> Callback:
-            self._listeners.setdefault(event, []).append(fn)
-            return fn
-
-        return register if callback is None else register(callback)
+        return self._listeners.on(event, callback)
 
     async def _emit(self, event: str, *args: Any) -> None:
-        for fn in self._listeners.get(event, ()):
-            try:
-                result = fn(*args)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:
-                logger.exception("worker %s: %r callback failed", self.queue_name, event)
+        await self._listeners.emit(event, *args)
 
     # -- running -------------------------------------------------------------------------
 
@@ -330,33 +267,19 @@ class Worker:
             client = await queue.client()
             # The blocking connection reads longer than BZPOPMIN waits, and carries BullMQ's
             # client name so that Queue.get_workers() (and Node's getWorkers) list this worker.
-            self._blocking = Redis(
-                connection_pool=type(client.connection_pool)(
-                    connection_class=client.connection_pool.connection_class,
-                    **_pool_kwargs(
-                        client, socket_timeout=self._drain_delay + 10, client_name=self._client_name
-                    ),
-                )
+            self._blocking = _twins.blocking_twin(
+                client, read_timeout=self._drain_delay + 10, client_name=self._client_name
             )
             if not self._is_async:
                 self._executor = self._new_executor()
                 self._sync_queue = Queue(
-                    self.queue_name,
-                    connection=redis.Redis(
-                        connection_pool=getattr(
-                            redis.connection, type(client.connection_pool).__name__
-                        )(
-                            connection_class=getattr(
-                                redis.connection, client.connection_pool.connection_class.__name__
-                            ),
-                            **_pool_kwargs(client),
-                        )
-                    ),
-                    prefix=self.prefix,
+                    self.queue_name, connection=_twins.sync_twin(client), prefix=self.prefix
                 )
             helpers = [
-                asyncio.create_task(self._lock_manager()),
-                asyncio.create_task(self._stall_checker()),
+                asyncio.create_task(
+                    _upkeep.renew_locks(queue, self._held, self._lock_ms, self._emit)
+                ),
+                asyncio.create_task(_upkeep.check_stalled(queue, self._stalled_ms, self._emit)),
             ]
             try:
                 await self._fetch_loop()
@@ -381,16 +304,12 @@ class Worker:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
-        # These clients were built on pools of their own, which closing a client leaves open.
         if self._blocking is not None:
-            await self._blocking.aclose()
-            await self._blocking.connection_pool.disconnect()
+            await _twins.close_async(self._blocking)
             self._blocking = None
         if self._sync_queue is not None:
-            sync_client = self._sync_queue._connection
-            if isinstance(sync_client, redis.Redis):
-                sync_client.close()
-                sync_client.connection_pool.disconnect()
+            if isinstance(self._sync_queue._connection, redis.Redis):
+                _twins.close_sync(self._sync_queue._connection)
             self._sync_queue = None
         if self._queue is not None:
             client = self._queue._client
@@ -600,49 +519,3 @@ class Worker:
             logger.warning("worker %s: could not finish job %s: %s", self.queue_name, job.id, exc)
             await self._emit("error", exc)
         return None
-
-    # -- beside the loop -----------------------------------------------------------------
-
-    async def _lock_manager(self) -> None:
-        interval = self._lock_ms / 2000
-        while True:
-            await asyncio.sleep(interval)
-            held = list(self._held.items())
-            if not held or self._queue is None:
-                continue
-            args: list[Any] = [self._queue._job_prefix, self._lock_ms]
-            for job_id, token in held:
-                args += [job_id, token]
-            try:
-                lost = await self._queue._run(_scripts.EXTEND_LOCKS, args)
-            except _NETWORK_ERRORS as exc:
-                logger.warning("worker %s: lock renewal failed: %s", self.queue_name, exc)
-                continue
-            for raw in lost:
-                job_id = _codec.text(raw)
-                # The job's result will be refused by the token check; stop renewing it.
-                self._held.pop(job_id, None)
-                logger.warning("worker %s: lost the lock of job %s", self.queue_name, job_id)
-                await self._emit("lock_lost", job_id)
-
-    async def _stall_checker(self) -> None:
-        while True:
-            if self._queue is not None:
-                try:
-                    recovered = await self._queue._run(
-                        _scripts.CHECK_STALLED,
-                        [self._queue._job_prefix, now_ms(), self._stalled_ms],
-                    )
-                except _NETWORK_ERRORS as exc:
-                    logger.warning("worker %s: stalled check failed: %s", self.queue_name, exc)
-                    recovered = []
-                for raw in recovered:
-                    job_id = _codec.text(raw)
-                    logger.warning(
-                        "worker %s: job %s stalled, back in wait", self.queue_name, job_id
-                    )
-                    await self._emit("stalled", job_id)
-            await asyncio.sleep(self._stalled_ms / 1000)
-
-
-__all__ = ["EVENTS", "Worker", "CorralError"]

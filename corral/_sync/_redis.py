@@ -22,24 +22,6 @@ def open_client(conn: str | Redis | None) -> Redis:
     return Redis.from_url(connection.resolve_url(conn), decode_responses=True)
 
 
-def blocking_client_like(client: Redis, *, read_timeout: float) -> Redis:
-    """A client with ``client``'s settings on its own pool, for commands that block.
-
-    redis-py's default socket timeout (5 s) would cut a ``BZPOPMIN`` that waits as long, so
-    the blocking connection reads for ``read_timeout`` seconds instead.
-    """
-    pool = client.connection_pool
-    # Drop redis-py's per-pool internals (handlers, registries, saved originals): the new
-    # pool makes its own.
-    kwargs = {
-        k: v
-        for k, v in pool.connection_kwargs.items()
-        if not k.startswith(("maint_notifications", "orig_", "himport"))
-    }
-    kwargs["socket_timeout"] = read_timeout
-    return Redis(connection_pool=type(pool)(connection_class=pool.connection_class, **kwargs))
-
-
 def check_server(client: Redis, *, strict: bool = False, owned: bool = True) -> None:
     """Check version and eviction policy (see ``connection.check_server_info``).
 
