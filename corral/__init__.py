@@ -10,8 +10,10 @@ Example::
 
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
+from corral._async.queue_events import AsyncQueueEvents
 from corral._sync.job import Job
 from corral._sync.queue import Queue
+from corral._sync.queue_events import QueueEvents
 from corral._version import __version__
 from corral.errors import (
     ConfigurationError,
@@ -19,6 +21,7 @@ from corral.errors import (
     DelayedError,
     InvalidOptionError,
     JobError,
+    JobFailedError,
     JobLockedError,
     JobNotFoundError,
     JobStateError,
@@ -37,12 +40,14 @@ from corral.worker import Worker
 __all__ = [
     "AsyncJob",
     "AsyncQueue",
+    "AsyncQueueEvents",
     "ConfigurationError",
     "CorralError",
     "DelayedError",
     "InvalidOptionError",
     "Job",
     "JobError",
+    "JobFailedError",
     "JobLockedError",
     "JobNotFoundError",
     "JobRecord",
@@ -53,6 +58,7 @@ __all__ = [
     "NotActiveError",
     "Queue",
     "QueueBusyError",
+    "QueueEvents",
     "RateLimitError",
     "ServerNotAvailable",
     "UnrecoverableError",

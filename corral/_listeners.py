@@ -47,3 +47,13 @@ class Listeners:
                     await result
             except Exception:
                 logger.exception("%s: %r callback failed", self._owner, event)
+
+    def emit_sync(self, event: str, *args: Any) -> None:
+        """:meth:`emit` for blocking code: callbacks must be plain functions there."""
+        for fn in self._callbacks.get(event, ()):
+            try:
+                result = fn(*args)
+                if inspect.isawaitable(result):
+                    raise TypeError(f"{event!r} callback {fn!r} is async: use the asyncio API")
+            except Exception:
+                logger.exception("%s: %r callback failed", self._owner, event)

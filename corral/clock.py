@@ -8,3 +8,8 @@ import time
 def now_ms() -> int:
     """The current time in epoch ms."""
     return time.time_ns() // 1_000_000
+
+
+def monotonic() -> float:
+    """Seconds on a clock that never goes back, for deadlines."""
+    return time.monotonic()

@@ -12,6 +12,7 @@
     │   ├── NotActiveError        the job is not in the active list (code -3)
     │   ├── JobStateError         the job is not in a state that allows this (code -4)
     │   ├── JobLockedError        the job is active (locked) and cannot be changed (code -5)
+    │   ├── JobFailedError        wait_until_finished: the job failed (.failed_reason)
     │   └── LockMismatchError     the lock is held by another token (code -6)
     ├── QueueBusyError            the queue has active jobs (obliterate without force)
     ├── RateLimitError            raised by job code after ``rate_limit``: retry later
@@ -80,6 +81,14 @@ class LockMissingError(JobError):
 
 class NotActiveError(JobError):
     """The job is not in the active state."""
+
+
+class JobFailedError(JobError):
+    """The job failed; ``failed_reason`` is what its processor raised (BullMQ's failedReason)."""
+
+    def __init__(self, failed_reason: str, *, queue: str | None = None, job_id: str | None = None):
+        super().__init__(failed_reason, queue=queue, job_id=job_id)
+        self.failed_reason = failed_reason
 
 
 class JobStateError(JobError):

@@ -18,6 +18,7 @@ PAIRS = [
 # Whole-word replacements, applied in order.
 SUBS = [
     (r"from redis\.asyncio import", "from redis import"),
+    (r"^from asyncio import sleep$", "from time import sleep"),
     (r"redis\.asyncio", "redis"),
     # AsyncQueue -> Queue, AsyncJob -> Job, AsyncIterator -> Iterator...
     (r"\bAsync([A-Z]\w*)", r"\1"),
@@ -26,6 +27,10 @@ SUBS = [
     (r"\basync for\b", "for"),
     (r"\bawait ", ""),
     (r"\b__aenter__\b", "__enter__"),
+    (r"\b__aiter__\b", "__iter__"),
+    (r"\b__anext__\b", "__next__"),
+    (r"\bStopAsyncIteration\b", "StopIteration"),
+    (r"\b_listeners\.emit\(", "_listeners.emit_sync("),
     (r"\b__aexit__\b", "__exit__"),
     (r"\baclose\b", "close"),
     (r"\bcorral\._async\b", "corral._sync"),
@@ -37,7 +42,7 @@ HEADER = "# Generated from {src} by scripts/unasync.py: do not edit.\n"
 
 def convert(text: str) -> str:
     for pattern, repl in SUBS:
-        text = re.sub(pattern, repl, text)
+        text = re.sub(pattern, repl, text, flags=re.MULTILINE)
     return text
 
 

@@ -8,11 +8,14 @@ what honours them (``meta.concurrency`` and ``meta.max``/``duration`` at every f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from corral._sync.queue_getters import QueueGetters, check_int
+from corral._codec import encode_data
 from corral.errors import InvalidOptionError
-from corral.options import Duration, duration_ms
+from corral.events import EVENT_TYPES
+from corral.options import Duration, check_name, duration_ms
 
 #: Fields of ``K:meta`` that hold integers; :meth:`QueueLimits.get_meta` converts them.
 META_INT_FIELDS = ("opts.maxLenEvents", "concurrency", "max", "duration")
@@ -76,6 +79,34 @@ class QueueLimits(QueueGetters):
         client = self.client()
         removed: int = client.xtrim(self.keys.events, maxlen=max_len, approximate=approximate)
         return removed
+
+    def publish_event(self, name: str, fields: Mapping[str, Any] | None = None) -> str:
+        """Add a custom event to the queue's events stream; returns its event id.
+
+        Listeners (corral's ``QueueEvents``, Node's ``QueueEvents``) receive it beside the
+        queue's own events; corral yields it as :class:`~corral.events.CustomEvent`. Values
+        that are not strings are stored as JSON.
+
+        Raises:
+            InvalidOptionError: an empty name, or the name of one of BullMQ's own events.
+        """
+        check_name("event name", name)
+        if name in EVENT_TYPES:
+            raise InvalidOptionError(f"event name {name!r} is one of BullMQ's own events")
+        entry: dict[str, str] = {"event": name}  # BullMQ's entries start with `event`
+        for key, value in (fields or {}).items():
+            if key == "event":
+                raise InvalidOptionError("fields must not contain 'event'")
+            entry[str(key)] = value if isinstance(value, str) else encode_data(value)
+        client = self.client()
+        max_len = int(client.hget(self.keys.meta, "opts.maxLenEvents") or 10_000)
+        event_id = client.xadd(
+            self.keys.events,
+            entry,  # type: ignore[arg-type]
+            maxlen=max_len,
+            approximate=True,
+        )
+        return str(event_id)
 
     def set_global_concurrency(self, concurrency: int) -> None:
         """Let at most ``concurrency`` jobs of this queue be active at once, over all workers.

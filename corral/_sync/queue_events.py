@@ -1,0 +1,199 @@
+# Generated from corral/_async/queue_events.py by scripts/unasync.py: do not edit.
+"""``QueueEvents``: follow a queue's events stream (BullMQ's ``QueueEvents``).
+
+It reads ``<prefix>:<queue>:events`` with ``XREAD BLOCK`` on its own connection and yields
+typed events (:mod:`corral.events`). It remembers the id of the last event it yielded, so a
+lost connection or a restarted server costs nothing: it reconnects with capped backoff and
+reads on from that id. Pass ``last_event_id`` to resume where an earlier listener stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from time import sleep
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from corral import _codec, options
+from corral._sync._queue_base import QueueBase
+from corral._sync._redis import check_server, open_client
+from corral._keys import DEFAULT_PREFIX, QueueKeys
+from corral._listeners import Callback, Listeners
+from corral.clock import monotonic
+from corral.errors import JobFailedError, JobNotFoundError
+from corral.events import EVENT_TYPES, Completed, Failed, QueueEvent, parse_event
+
+logger = logging.getLogger("corral.events")
+
+_NETWORK_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+#: How long one XREAD blocks, in ms; short enough for redis-py's default read timeout (5 s).
+BLOCK_MS = 1000
+
+
+class QueueEvents:
+    """The events of one queue, as an async iterator or through callbacks.
+
+    Args:
+        queue_name: the queue to follow.
+        connection: a URL, a redis-py client (``decode_responses=True``) or ``None``.
+        prefix: key prefix (``bull``).
+        last_event_id: where to start: ``"$"`` (default) for events from now on, ``"0"`` for
+            everything still in the stream, or the ``event_id`` of an event seen before.
+
+    Example::
+
+        with QueueEvents("emails") as events:
+            for event in events:
+                if isinstance(event, Completed):
+                    print(event.job_id, event.returnvalue)
+    """
+
+    def __init__(
+        self,
+        queue_name: str,
+        *,
+        connection: str | Redis | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        last_event_id: str = "$",
+    ) -> None:
+        options.check_name("queue name", queue_name, colon=False)
+        self.queue_name = queue_name
+        self.keys = QueueKeys(queue_name, prefix)
+        self.last_event_id = last_event_id
+        self._connection = connection
+        self._client: Redis | None = None
+        self._buffer: deque[QueueEvent] = deque()
+        self._closed = False
+        self._listeners = Listeners("queue events", {**dict.fromkeys(EVENT_TYPES, ""), "*": ""})
+
+    def _read(self, block_ms: int) -> None:
+        """Fill the buffer with the next events, waiting at most ``block_ms``."""
+        if self._client is None:
+            client = open_client(self._connection)
+            check_server(client, owned=client is not self._connection)
+            self._client = client
+        if self.last_event_id == "$":
+            # Pin "$" to a real id now: a reconnect must not skip what came in between.
+            newest: list[tuple[str, Any]] = self._client.xrevrange(self.keys.events, count=1)  # type: ignore[assignment]
+            self.last_event_id = newest[0][0] if newest else "0-0"
+        reply: list[tuple[str, list[tuple[str, dict[str, str]]]]] = self._client.xread(  # type: ignore[assignment]
+            {self.keys.events: self.last_event_id}, count=500, block=block_ms
+        )
+        for _stream, entries in reply or ():
+            for event_id, fields in entries:
+                self._buffer.append(parse_event(_codec.text(event_id), fields))
+
+    def next_event(self, timeout: float | None = None) -> QueueEvent | None:
+        """The next event, or ``None`` after ``timeout`` seconds (``None``: wait as long as it
+        takes). Connection errors are retried with capped backoff, from the last id seen."""
+        deadline = None if timeout is None else monotonic() + timeout
+        failures = 0
+        while not self._buffer:
+            if self._closed:
+                return None
+            left = BLOCK_MS if deadline is None else int((deadline - monotonic()) * 1000)
+            if left <= 0:
+                return None
+            try:
+                self._read(max(1, min(BLOCK_MS, left)))
+                failures = 0
+            except _NETWORK_ERRORS as exc:
+                failures += 1
+                delay = min(1.0, 0.05 * 2**failures) * random.uniform(0.5, 1.0)
+                logger.warning(
+                    "events %s: connection error (%s); retry %d in %.2fs",
+                    self.queue_name,
+                    exc,
+                    failures,
+                    delay,
+                )
+                sleep(delay)
+        event = self._buffer.popleft()
+        self.last_event_id = event.event_id
+        return event
+
+    def __iter__(self) -> Iterator[QueueEvent]:
+        return self
+
+    def __next__(self) -> QueueEvent:
+        event = self.next_event()
+        if event is None:
+            raise StopIteration
+        return event
+
+    def on(self, event: str, callback: Callback | None = None) -> Any:
+        """Call ``callback(event)`` for events of that name (``"*"``: every event) while
+        :meth:`run` runs; usable as a decorator."""
+        return self._listeners.on(event, callback)
+
+    def run(self) -> None:
+        """Dispatch events to the callbacks of :meth:`on` until :meth:`close`."""
+        for event in self:
+            self._listeners.emit_sync(event.name, event)
+            self._listeners.emit_sync("*", event)
+
+    def close(self) -> None:
+        """Stop iterating (a running :meth:`run` returns within a second) and disconnect."""
+        self._closed = True
+        if self._client is not None and self._client is not self._connection:
+            self._client.close()
+        self._client = None
+
+    def __enter__(self) -> QueueEvents:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def wait_until_finished(queue: QueueBase, job_id: str, timeout: float | None) -> Any:
+    """The return value of a job once it completes; raise its failure once it fails.
+
+    It works for jobs that finished before the call: the events stream's position is taken
+    first, then the job is looked at, then the stream is read from that position, so no
+    finish can slip between the two.
+
+    Raises:
+        JobFailedError: the job failed (for good); ``failed_reason`` says why.
+        JobNotFoundError: no such job (it may have been removed after it finished).
+        TimeoutError: ``timeout`` seconds passed first.
+    """
+    client = queue.client()
+    keys = queue.keys
+    newest: list[tuple[str, Any]] = client.xrevrange(keys.events, count=1)  # type: ignore[assignment]
+    start = newest[0][0] if newest else "0-0"
+    with client.pipeline(transaction=True) as pipe:
+        pipe.zscore(keys.completed, job_id)
+        pipe.zscore(keys.failed, job_id)
+        pipe.hmget(keys.job(job_id), "returnvalue", "failedReason")
+        pipe.exists(keys.job(job_id))
+        done, failed, (value, reason), exists = pipe.execute()
+    if done is not None:
+        return _codec.loads(value)
+    if failed is not None:
+        raise JobFailedError(reason or "", queue=queue.name, job_id=job_id)
+    if not exists:
+        raise JobNotFoundError(
+            f"job {job_id} does not exist in queue {queue.name} (removed after it finished?)",
+            queue=queue.name,
+            job_id=job_id,
+        )
+    events = QueueEvents(
+        queue.name, connection=client, prefix=queue.prefix, last_event_id=start
+    )
+    deadline = None if timeout is None else monotonic() + timeout
+    while True:
+        left = None if deadline is None else deadline - monotonic()
+        event = None if left is not None and left <= 0 else events.next_event(left)
+        if event is None:
+            raise TimeoutError(f"job {job_id} of queue {queue.name} did not finish in {timeout}s")
+        if isinstance(event, Completed) and event.job_id == job_id:
+            return event.returnvalue
+        if isinstance(event, Failed) and event.job_id == job_id:
+            raise JobFailedError(event.failed_reason, queue=queue.name, job_id=job_id)
