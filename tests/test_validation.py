@@ -141,3 +141,9 @@ def test_worker_construction_refuses(redis_url: str, kwargs: dict[str, Any], mes
 def test_worker_needs_a_callable(redis_url: str) -> None:
     with pytest.raises(InvalidOptionError, match="processor must be callable, got 42"):
         Worker("v", 42, connection=redis_url)  # type: ignore[arg-type]
+
+
+def test_unknown_state_is_refused(queue: Queue) -> None:
+    with pytest.raises(InvalidOptionError, match="unknown job state 'finished'; known: active"):
+        queue.get_job_counts("finished")
+    assert queue.get_job_counts("wait", "paused") == {"wait": 1, "paused": 0}

@@ -29,6 +29,16 @@ COUNTED_STATES = (
     "waiting-children",
 )
 
+#: State names ``get_job_counts`` takes -> the key suffix that holds them.
+COUNTABLE = {
+    **{state: state for state in COUNTED_STATES},
+    "waiting": "wait",
+    "wait": "wait",
+    "paused": "paused",
+}
+#: States kept in lists (LLEN); the others are sorted sets (ZCARD).
+LIST_STATES = frozenset({"waiting", "wait", "paused", "active"})
+
 #: ``add_bulk`` items: ``(name, data)`` or ``(name, data, options)``.
 BulkItem = tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]
 
@@ -181,15 +191,28 @@ class Queue(QueueAdmin):
         return job.get_state()
 
     def get_job_counts(self, *states: str) -> dict[str, int]:
-        """How many jobs are in each state (all of BullMQ's states when none are named)."""
-        wanted = [JobState(s).value for s in states] or list(COUNTED_STATES)
+        """How many jobs are in each state (all of BullMQ's states when none are named).
+
+        Counts are keyed by the names asked for, as in BullMQ: ``"wait"`` and ``"waiting"``
+        both count the wait list; ``"paused"`` counts the legacy paused list (0 in 6.x).
+
+        Raises:
+            InvalidOptionError: an unknown state name.
+        """
+        wanted = list(states) or list(COUNTED_STATES)
+        for state in wanted:
+            if state not in COUNTABLE:
+                raise InvalidOptionError(
+                    f"unknown job state {state!r}; known: {', '.join(sorted(COUNTABLE))}"
+                )
         client = self.client()
         with client.pipeline(transaction=False) as pipe:
             for state in wanted:
-                if state in ("waiting", "active"):
-                    pipe.llen(self.keys.wait if state == "waiting" else self.keys.active)
+                key = self.keys.key(COUNTABLE[state])
+                if state in LIST_STATES:
+                    pipe.llen(key)
                 else:
-                    pipe.zcard(self.keys.key(state))
+                    pipe.zcard(key)
             counts = pipe.execute()
         return {state: int(n) for state, n in zip(wanted, counts, strict=True)}
 

@@ -70,3 +70,16 @@ export function run(main) {
     process.exit(1);
   });
 }
+
+// Parse a JSON argument (argv), or exit 2 naming it.
+export function parseJson(value, what) {
+  try {
+    return JSON.parse(value);
+  } catch (err) {
+    return usage(`${what} must be JSON, got ${JSON.stringify(value)} (${err.message})`);
+  }
+}
+
+export function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
