@@ -454,3 +454,21 @@ async def test_worker_survives_a_server_restart(caplog: pytest.LogCaptureFixture
     retries = [rec for rec in caplog.records if "connection error" in rec.getMessage()]
     # Bounded: waits grow to 1 s, so 10 s down gives a handful of lines a second, not thousands.
     assert 3 <= len(retries) <= 40, len(retries)
+
+
+async def test_running_workers_are_listed(queue: AsyncQueue, redis_url: str) -> None:
+    named = Worker("q", lambda job: None, connection=redis_url, name="billing-1")
+    anonymous = Worker("q", lambda job: None, connection=redis_url)
+    tasks = [asyncio.create_task(w.run_async()) for w in (named, anonymous)]
+    try:
+        for _ in range(200):
+            workers = await queue.get_workers()
+            if len(workers) == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert sorted(w.get("worker_name", "") for w in workers) == ["", "billing-1"]
+    finally:
+        for w in (named, anonymous):
+            await w.close()
+        await asyncio.gather(*tasks)
+    assert await queue.get_workers() == []
