@@ -18,6 +18,13 @@ EXPECTED = {
         "job 1 returned {'status': 'sent', 'to': 'ada@example.com'}",
     ],
     "sync_producer.py": ["same job: True", "counts: {'waiting': 1}"],
+    "events_listener.py": [
+        "result: HELLO",
+        "failure: nothing to translate",
+        "completed 1: 'HELLO'",
+        "failed 2: nothing to translate",
+        "replayed: ['completed:1', 'failed:2']",
+    ],
     "queue_admin.py": [
         "paused: True waiting: 6",
         "first page: ['1', '2', '3']",

@@ -65,8 +65,9 @@ async def test_wait_until_finished(queue: AsyncQueue, redis_url: str) -> None:
         assert results[1].failed_reason == "cannot y" and results[1].job_id == bad.id
         # Removed on completion while we waited: the result still comes from the event.
         assert results[2] == {"done": "z"}
-        # Already finished before the call.
+        # Already finished before the call; and the same through the job's method.
         assert await wait_until_finished(queue, ok.id, 0) == {"done": "x"}
+        assert await ok.wait_until_finished(timeout=1) == {"done": "x"}
         with pytest.raises(JobFailedError, match="cannot y"):
             await wait_until_finished(queue, bad.id, 0)
         with pytest.raises(JobNotFoundError, match="removed after it finished"):

@@ -445,3 +445,23 @@ class Job(JobRecord):
             client = self.queue.client()
             holder = client.get(self.queue.keys.lock(self.id))
             raise script_error(-2 if holder is None else -6, queue=self.queue.name, job_id=self.id)
+
+    # -- waiting for the outcome ---------------------------------------------------------------
+
+    def wait_until_finished(self, timeout: float | None = None) -> Any:
+        """Wait for the job to finish: its return value, or its failure raised.
+
+        Works for jobs that finished before the call, and needs no ``QueueEvents``: it reads
+        the queue's events stream itself.
+
+        Args:
+            timeout: seconds to wait at most (``None``: as long as it takes).
+
+        Raises:
+            JobFailedError: the job failed for good; ``failed_reason`` says why.
+            JobNotFoundError: the job does not exist (removed after it finished?).
+            TimeoutError: the job did not finish within ``timeout``.
+        """
+        from corral._sync.queue_events import wait_until_finished
+
+        return wait_until_finished(self.queue, self.id, timeout)
