@@ -206,17 +206,7 @@ class QueueGetters(QueueBase):
         """
         check_int("start", start, None)
         check_int("end", end, None)
-        key = self.keys.logs(job_id)
-        client = self.client()
-        with client.pipeline(transaction=True) as pipe:
-            if asc:
-                pipe.lrange(key, start, end)
-            else:
-                # Position i from the newest is -(i + 1) from the left: the same slice, mirrored.
-                pipe.lrange(key, -(end + 1), -(start + 1))
-            pipe.llen(key)
-            lines, count = pipe.execute()
-        return (list(lines) if asc else list(reversed(lines))), int(count)
+        return self._bind(job_id, {}).get_logs(start, end, asc=asc)
 
     def count(self) -> int:
         """Jobs yet to run: waiting, paused, delayed, prioritized and waiting-children."""
