@@ -148,5 +148,65 @@ def demo_command(jobs: int, concurrency: int, seed: int) -> None:
         raise click.ClickException(str(exc)) from None
 
 
+@main.command("enqueue")
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("name")
+@click.option("--data", default="{}", show_default=True, help="Job data, as JSON.")
+@click.option("--job-id", default=None, help="Custom job id (an existing id adds nothing).")
+@click.option("--delay", type=float, default=None, help="Seconds before the job may run.")
+@click.option("--priority", type=int, default=None, help="1 (first) .. 2097151.")
+@click.option("--attempts", type=int, default=None, help="How many times the job may run.")
+@click.option(
+    "--url",
+    default=None,
+    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
+)
+@click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
+def enqueue_command(
+    queue_name: str,
+    name: str,
+    data: str,
+    job_id: str | None,
+    delay: float | None,
+    priority: int | None,
+    attempts: int | None,
+    url: str | None,
+    prefix: str,
+) -> None:
+    """Add one job to QUEUE and print its id (for system cron: cron enqueues, workers run).
+
+    Exit status 0 on success; 1 with a one-line error on bad input or an unreachable server.
+    """
+    import json
+
+    import redis
+
+    from corral._sync.queue import Queue
+    from corral.errors import CorralError
+
+    try:
+        payload = json.loads(data)
+    except ValueError as exc:
+        raise click.ClickException(f"--data is not valid JSON: {exc}") from None
+    options: dict[str, Any] = {
+        key: value
+        for key, value in {
+            "job_id": job_id,
+            "delay": delay,
+            "priority": priority,
+            "attempts": attempts,
+        }.items()
+        if value is not None
+    }
+    try:
+        with Queue(queue_name, connection=url, prefix=prefix) as queue:
+            job = queue.add(name, payload, **options)
+    except CorralError as exc:
+        raise click.ClickException(str(exc)) from None
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise click.ClickException(f"cannot reach the server: {exc}") from None
+    click.echo(job.id)
+
+
 if __name__ == "__main__":
     main()
