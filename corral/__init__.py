@@ -8,9 +8,11 @@ Example::
     Worker("emails", lambda job: f"sent to {job.data['to']}").run()
 """
 
+from corral._async.flow import AsyncFlowProducer
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
 from corral._async.queue_events import AsyncQueueEvents
+from corral._sync.flow import FlowProducer
 from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._sync.queue_events import QueueEvents
@@ -28,40 +30,52 @@ from corral.errors import (
     LockMismatchError,
     LockMissingError,
     NotActiveError,
+    ParentNotFoundError,
     QueueBusyError,
     RateLimitError,
     ServerNotAvailable,
     UnrecoverableError,
+    WaitingChildrenError,
     WaitingError,
 )
+from corral.flow_job import FlowJob, JobNode
 from corral.job import JobRecord, JobState
+from corral.schedule import JobScheduler, JobTemplate
 from corral.worker import Worker
 
 __all__ = [
+    "AsyncFlowProducer",
     "AsyncJob",
     "AsyncQueue",
     "AsyncQueueEvents",
     "ConfigurationError",
     "CorralError",
     "DelayedError",
+    "FlowJob",
+    "FlowProducer",
     "InvalidOptionError",
     "Job",
     "JobError",
     "JobFailedError",
     "JobLockedError",
+    "JobNode",
     "JobNotFoundError",
     "JobRecord",
+    "JobScheduler",
     "JobState",
     "JobStateError",
+    "JobTemplate",
     "LockMismatchError",
     "LockMissingError",
     "NotActiveError",
+    "ParentNotFoundError",
     "Queue",
     "QueueBusyError",
     "QueueEvents",
     "RateLimitError",
     "ServerNotAvailable",
     "UnrecoverableError",
+    "WaitingChildrenError",
     "WaitingError",
     "Worker",
     "__version__",

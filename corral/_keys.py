@@ -131,3 +131,18 @@ class QueueKeys:
     @property
     def id_counter(self) -> str:
         return self.key("id")
+
+
+def split_job_key(job_key: str) -> tuple[str, str, str]:
+    """``(prefix, queue name, job id)`` of a full job key ``"<prefix>:<queue>:<id>"``.
+
+    Queue names and job ids hold no ``:``, so the last two separators split it even when the
+    prefix has some (``"{bull}:app"``).
+
+    Raises:
+        ValueError: ``job_key`` has fewer than three parts.
+    """
+    prefix, queue_name, job_id = job_key.rsplit(":", 2)
+    if not (prefix and queue_name and job_id):
+        raise ValueError(f"not a job key: {job_key!r}")
+    return prefix, queue_name, job_id

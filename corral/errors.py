@@ -8,6 +8,7 @@
     ├── InvalidOptionError        (also ValueError) an option or argument was refused
     ├── JobError                  carries .queue and .job_id
     │   ├── JobNotFoundError      the job hash does not exist (code -1)
+    │   │   └── ParentNotFoundError  the parent named by ``parent=`` does not exist (code -7)
     │   ├── LockMissingError      the job's lock is gone (code -2)
     │   ├── NotActiveError        the job is not in the active list (code -3)
     │   ├── JobStateError         the job is not in a state that allows this (code -4)
@@ -18,6 +19,7 @@
     ├── RateLimitError            raised by job code after ``rate_limit``: retry later
     ├── DelayedError              raised by job code after ``move_to_delayed``
     ├── WaitingError              raised by job code after ``move_to_wait``
+    ├── WaitingChildrenError      raised by job code after ``move_to_waiting_children``
     └── UnrecoverableError        raised by job code: fail now, never retry
 
 redis-py's own errors (``ConnectionError``, ``TimeoutError``...) pass through unchanged.
@@ -62,6 +64,11 @@ class WaitingError(CorralError):
     """Raise from a processor after ``job.move_to_wait()``: the worker leaves the job be."""
 
 
+class WaitingChildrenError(CorralError):
+    """Raise from a processor after ``job.move_to_waiting_children()`` returned ``True``: the
+    worker leaves the job be, and it runs again once its children are done."""
+
+
 class JobError(CorralError):
     """An operation on one job was refused by the server."""
 
@@ -73,6 +80,13 @@ class JobError(CorralError):
 
 class JobNotFoundError(JobError):
     """The job does not exist."""
+
+
+class ParentNotFoundError(JobNotFoundError):
+    """The parent named by a job's ``parent`` option does not exist; nothing was added.
+
+    ``.queue`` and ``.job_id`` name the parent.
+    """
 
 
 class LockMissingError(JobError):
@@ -111,6 +125,7 @@ SCRIPT_ERRORS: dict[int, tuple[type[JobError], str]] = {
     -4: (JobStateError, "job {job_id} in queue {queue} is not in a state that allows this"),
     -5: (JobLockedError, "job {job_id} in queue {queue} is active (locked by a worker)"),
     -6: (LockMismatchError, "lock of job {job_id} in queue {queue} is held by another worker"),
+    -7: (ParentNotFoundError, "parent job {job_id} does not exist in queue {queue}"),
 }
 
 

@@ -66,6 +66,10 @@ class JobRecord:
     stalled_counter: int = 0
     processed_by: str | None = None
     parent_key: str | None = None
+    #: A flow child's link to its parent: ``{"id", "queueKey"}`` plus its failure policy flag.
+    parent: dict[str, Any] | None = None
+    #: The id of the job scheduler that made this job (hash field ``rjk``), if one did.
+    repeat_job_key: str | None = None
     token: str | None = None
 
     @classmethod
@@ -93,6 +97,8 @@ class JobRecord:
             stalled_counter=_int(fields.get("stc")),
             processed_by=fields.get("pb"),
             parent_key=fields.get("parentKey"),
+            parent=_codec.loads(fields.get("parent")),
+            repeat_job_key=fields.get("rjk"),
             token=token,
         )
 

@@ -174,6 +174,51 @@ def int_option(option: str, value: Any, low: int, high: int | None = None) -> in
     return value
 
 
+class ParentOptions(TypedDict):
+    """A job's parent (BullMQ's ``opts.parent``): its id, and its queue's qualified name
+    ``"<prefix>:<queue name>"`` (``job.queue_qualified_name``), in any queue of the prefix."""
+
+    id: str
+    queue: str
+
+
+#: The child failure policies, and the short names BullMQ stores them under in ``opts`` and in
+#: the child's ``parent`` field (BullMQ's ``optsEncodeMap``). At most one may be set.
+FAILURE_POLICIES = {
+    "fail_parent_on_failure": "fpof",
+    "continue_parent_on_failure": "cpof",
+    "ignore_dependency_on_failure": "idof",
+    "remove_dependency_on_failure": "rdof",
+}
+
+
+def check_parent(value: Any) -> dict[str, str]:
+    """A ``parent`` option: ``{"id": job id, "queue": "<prefix>:<queue name>"}``."""
+    if not isinstance(value, Mapping) or set(value) != {"id", "queue"}:
+        raise InvalidOptionError(
+            f"parent must be {{'id': job id, 'queue': '<prefix>:<queue name>'}}, got {value!r}"
+        )
+    job_id, queue = value["id"], value["queue"]
+    if not isinstance(job_id, str) or not job_id or ":" in job_id:
+        raise InvalidOptionError(f"parent id must be a job id (no ':'), got {job_id!r}")
+    if not isinstance(queue, str) or not queue.rpartition(":")[0] or not queue.rpartition(":")[2]:
+        raise InvalidOptionError(
+            f"parent queue must be the qualified name '<prefix>:<queue name>', got {queue!r}"
+        )
+    return {"id": job_id, "queue": queue}
+
+
+def _failure_policy(o: Mapping[str, Any]) -> str | None:
+    chosen = [
+        name for name in FAILURE_POLICIES if o.get(name) is not None and _bool_option(name, o[name])
+    ]
+    if len(chosen) > 1:
+        raise InvalidOptionError(
+            f"at most one failure policy may be True, got {' and '.join(chosen)}"
+        )
+    return FAILURE_POLICIES[chosen[0]] if chosen else None
+
+
 class JobOptionsDict(TypedDict, total=False):
     """The keyword options of ``add`` (and of ``default_job_options`` on a queue)."""
 
@@ -189,6 +234,11 @@ class JobOptionsDict(TypedDict, total=False):
     stacktrace_limit: int
     size_limit: int
     timestamp: int
+    parent: ParentOptions
+    fail_parent_on_failure: bool
+    continue_parent_on_failure: bool
+    ignore_dependency_on_failure: bool
+    remove_dependency_on_failure: bool
 
 
 OPTION_NAMES = frozenset(JobOptionsDict.__annotations__)
@@ -210,6 +260,9 @@ class JobOptions:
     stacktrace_limit: int | None = None
     size_limit: int | None = None
     timestamp: int | None = None
+    parent: dict[str, str] | None = None
+    #: BullMQ's short name of the child failure policy (``"fpof"``...), or ``None``.
+    failure_policy: str | None = None
 
     @classmethod
     def build(
@@ -258,7 +311,23 @@ class JobOptions:
             timestamp=None
             if get("timestamp") is None
             else int_option("timestamp (epoch ms)", o["timestamp"], 0),
+            parent=None if get("parent") is None else check_parent(o["parent"]),
+            failure_policy=_failure_policy(o),
         )
+
+    @property
+    def parent_key(self) -> str:
+        """The parent's full key (``"bull:pq:<id>"``), or ``""`` without a parent."""
+        return f"{self.parent['queue']}:{self.parent['id']}" if self.parent else ""
+
+    def parent_field(self) -> dict[str, Any] | None:
+        """The child's ``parent`` hash field: ``{"id", "queueKey"}`` plus its policy flag."""
+        if not self.parent:
+            return None
+        field: dict[str, Any] = {"id": self.parent["id"], "queueKey": self.parent["queue"]}
+        if self.failure_policy:
+            field[self.failure_policy] = True
+        return field
 
     def check_size(self, encoded_data: str) -> None:
         """Refuse data over ``size_limit`` bytes of JSON."""
@@ -294,6 +363,10 @@ class JobOptions:
             opts["stackTraceLimit"] = self.stacktrace_limit
         if self.size_limit is not None:
             opts["sizeLimit"] = self.size_limit
+        if self.parent is not None:
+            opts["parent"] = dict(self.parent)
+        if self.failure_policy:
+            opts[self.failure_policy] = True
         return opts
 
 

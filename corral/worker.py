@@ -30,6 +30,7 @@ from corral import _codec, _scripts, _twins, _upkeep, options
 from corral._async._redis import check_server, open_client
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
+from corral._async.queue_schedulers import schedule_next_iteration
 from corral._keys import DEFAULT_PREFIX
 from corral._listeners import Callback, Listeners
 from corral._sync.job import Job
@@ -40,6 +41,7 @@ from corral.errors import (
     InvalidOptionError,
     JobError,
     RateLimitError,
+    WaitingChildrenError,
     WaitingError,
 )
 from corral.options import Duration
@@ -368,22 +370,40 @@ class Worker:
                 await asyncio.sleep(delay)
 
     async def _wait_for_work(self, wake: int) -> None:
+        """Block until work may be there: a marker, the next delayed job, or ``drain_delay``.
+
+        ``wake`` is the fetch's hint: < 0 means rate limited for ``-wake`` ms, > 0 is when the
+        next delayed job is due (epoch ms).
+        """
         if wake < 0:
             # Rate limited: sleep it out; new jobs cannot be taken before then anyway.
             await self._sleep_unless_closing(-wake / 1000)
             return
-        timeout = self._drain_delay
+        deadline = now_ms() + self._drain_delay * 1000
         if wake:
-            timeout = min(timeout, max(0.001, (wake - now_ms()) / 1000))
+            deadline = min(deadline, wake)
+        while not self._closing:
+            popped = await self._block_on_marker(max(0.001, (deadline - now_ms()) / 1000))
+            if popped is None:
+                return  # timed out: time to look again
+            due = int(float(popped[2]))
+            if due <= now_ms():
+                return  # work now ("0" marker), or a delayed job that is due
+            # A marker for a delayed job that is not due yet (the fetch re-arms it for every
+            # worker): keep blocking until then, so an idle worker never spins on it.
+            deadline = min(deadline, due)
+
+    async def _block_on_marker(self, timeout: float) -> Any:
         assert self._blocking is not None
         self._block_task = asyncio.ensure_future(
             self._blocking.bzpopmin(self.keys_marker, timeout=timeout)
         )
         try:
-            await self._block_task
+            return await self._block_task
         except asyncio.CancelledError:
             if not self._closing:
                 raise
+            return None
         finally:
             self._block_task = None
 
@@ -422,6 +442,8 @@ class Worker:
         jobs, _ = await self._move_to_active(1)
         for job in jobs:
             self._held.pop(job.id, None)  # the caller holds it, not the lock manager
+            if job.repeat_job_key:
+                await schedule_next_iteration(job.queue, job)
         return jobs[0] if jobs else None
 
     # -- one slot ------------------------------------------------------------------------
@@ -468,6 +490,8 @@ class Worker:
         token = job.token
         try:
             try:
+                if job.repeat_job_key:  # a scheduler's iteration: create the next one now
+                    await schedule_next_iteration(job.queue, job)
                 result = await self._call_processor(job)
                 _codec.dumps(result)
             except TypeError as exc:
@@ -478,7 +502,7 @@ class Worker:
             if self._closing:
                 await self._put_back(job, token)
             raise
-        except (DelayedError, WaitingError):
+        except (DelayedError, WaitingError, WaitingChildrenError):
             self._held.pop(job.id, None)  # the processor moved the job itself
             return None
         except RateLimitError:

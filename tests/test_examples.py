@@ -43,6 +43,23 @@ EXPECTED = {
         "logs: ['encoded intro.mp4'] processed by: encoder-1",
     ],
     "step_job.py": ["step: welcome", "step: follow-up", "result: onboarded attempts: 1"],
+    "flow_fanout.py": [
+        "parent waits for 3 children: waiting-children",
+        "book: {'pages': 3, 'words': 9}",
+    ],
+    "llm_pipeline.py": [
+        "model calls: 4",
+        "merged: Flows run children first / A flaky model call is retried / "
+        "The parent reads every result",
+    ],
+    "scheduler.py": [
+        "schedulers: ['heartbeat', 'nightly']",
+        "heartbeat runs: [1, 2, 3]",
+        "nightly: '0 3 * * *' next at 03:00 Paris time, "
+        "JobTemplate(name='report', data={'kind': 'daily'}, opts={'attempts': 3})",
+        "removed: True",
+        "left: 1",
+    ],
     "processors.py": [
         "failed job says: width must be a positive integer, got -1",
         "attempts made: 1",

@@ -472,3 +472,27 @@ async def test_running_workers_are_listed(queue: AsyncQueue, redis_url: str) -> 
             await w.close()
         await asyncio.gather(*tasks)
     assert await queue.get_workers() == []
+
+
+async def test_idle_worker_does_not_spin_on_a_delayed_job(
+    queue: AsyncQueue, r: redis.Redis, redis_url: str
+) -> None:
+    """A job due later re-arms the marker at every fetch; an idle worker must block until it
+    is due rather than pop and fetch again at once."""
+
+    async def process(job: AsyncJob) -> None:
+        pass
+
+    await queue.add("later", delay=3600)
+    worker = Worker("q", process, connection=redis_url)
+    task = asyncio.create_task(worker.run_async())
+    await asyncio.sleep(0.3)  # started and settled into its wait
+    r.config_resetstat()
+    await asyncio.sleep(1.0)
+    stats = r.info("commandstats")
+    fetches = stats.get("cmdstat_evalsha", {}).get("calls", 0)
+    blocks = stats.get("cmdstat_bzpopmin", {}).get("calls", 0)
+    await worker.close()
+    await task
+    # A spinning worker makes thousands of each per second; a waiting one, none or a few.
+    assert fetches <= 3 and blocks <= 3, (fetches, blocks)

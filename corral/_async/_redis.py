@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, WatchError
 
 from corral import connection
 from corral._scripts import Script
@@ -43,3 +44,42 @@ async def run_script(client: Redis, script: Script, keys: list[str], args: list[
     except NoScriptError:
         await client.script_load(script.source)
         return await client.evalsha(script.sha, len(keys), *keys, *args)
+
+
+async def run_atomically(
+    client: Redis,
+    script: Script,
+    calls: Sequence[tuple[list[str], list[Any]]],
+    *,
+    must_exist: Collection[str] = (),
+) -> tuple[list[Any], str | None]:
+    """EVALSHA ``script`` once per ``(keys, args)`` of ``calls`` in one MULTI/EXEC.
+
+    Every key of ``must_exist`` is WATCHed and checked first: when one is missing nothing runs
+    and it is returned as the second element. MULTI/EXEC does not roll back a script that
+    refuses its work, so a precondition that the scripts check (a parent must exist) is made
+    true for the whole transaction this way; when a watched key changes before EXEC, the
+    transaction is tried again.
+
+    Returns:
+        ``(replies, None)``, or ``([], missing key)`` when nothing was written.
+    """
+    # Loaded before MULTI: a NOSCRIPT inside the transaction would fail it all.
+    await client.script_load(script.source)
+    watched = sorted(set(must_exist))
+    while True:
+        async with client.pipeline(transaction=True) as pipe:
+            try:
+                if watched:
+                    # Partly untyped in redis-py (watch in one API, multi in the other).
+                    untyped: Any = pipe
+                    await untyped.watch(*watched)
+                    for key in watched:
+                        if not await pipe.exists(key):
+                            return [], key
+                    untyped.multi()
+                for keys, args in calls:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                return list(await pipe.execute()), None
+            except WatchError:
+                continue

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
+from corral._async.job_flow import AsyncJobFlowMixin
 from corral.errors import InvalidOptionError, script_error
 from corral.job import JobRecord, JobState
 from corral.options import MAX_PRIORITY, Duration, duration_ms, retention_limits
@@ -39,7 +40,7 @@ _MOVE_TO_DELAYED = _scripts.load("move_to_delayed")
 _MOVE_TO_WAIT = _scripts.load("move_to_wait")
 
 
-class AsyncJob(JobRecord):
+class AsyncJob(JobRecord, AsyncJobFlowMixin):
     """A job of an :class:`AsyncQueue`; see :class:`corral.job.JobRecord` for its fields."""
 
     queue: AsyncQueueBase

@@ -25,6 +25,7 @@
 -- @include events
 -- @include scores
 -- @include remove
+-- @include parent
 -- @include purge
 
 local SCAN = 1000

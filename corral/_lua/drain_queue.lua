@@ -13,7 +13,9 @@
 -- Returns how many jobs are left to drain (call again while > 0).
 -- Error codes: none.
 -- @include keys
+-- @include scores
 -- @include remove
+-- @include parent
 -- @include purge
 
 local prefix = ARGV[1]

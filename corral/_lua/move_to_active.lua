@@ -12,11 +12,15 @@
 -- nothing is taken, wake < 0 means rate limited for -wake ms, wake > 0 is the epoch ms when
 -- the earliest delayed job is due, 0 means nothing is scheduled.
 -- Nothing is taken while the queue is paused, at its global concurrency, or rate limited.
--- Jobs over the max stalled count are failed here, not returned.
+-- Jobs over the max stalled count, and flow parents marked to fail by a failParentOnFailure
+-- child (`defa`), are failed here, not returned (their own parents are told, and removeOnFail
+-- applies).
 -- Error codes: none.
 -- @include keys
 -- @include events
 -- @include scores
+-- @include remove
+-- @include parent
 -- @include fetch
 
 local prefix = ARGV[1]

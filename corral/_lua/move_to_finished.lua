@@ -13,6 +13,12 @@
 -- ARGV[9]  retention, max age ms: -1 none
 -- ARGV[10] retry delay ms (retry only): > 0 goes to delayed, 0 straight back to wait
 -- ARGV[11..18] fetch next, as in move_to_active.lua's ARGV[3..10] (count 0: none)
+-- A flow child (a job with `parentKey`) also updates its parent, which may be in another
+-- queue (include/parent.lua): completed -> no longer pending, return value in the parent's
+-- :processed; failed for good -> by its failure policy (fpof, cpof, idof, rdof or none). A
+-- parent left with no pending child is released to wait/prioritized/delayed with an event on
+-- its own queue; this happens before the child's own `completed`/`failed` event, as BullMQ
+-- writes them. A retry leaves the parent alone.
 -- Returns {0, attempts_made, wake, taken, id1, token1, fields1, ...}, wake as in
 -- move_to_active.lua
 -- Error codes (first element): -1 job missing, -2 lock missing, -6 lock held by another
@@ -21,6 +27,7 @@
 -- @include events
 -- @include scores
 -- @include remove
+-- @include parent
 -- @include fetch
 
 local prefix = ARGV[1]
@@ -52,9 +59,14 @@ rcall("SREM", K_STALLED, job_id)
 local max_len = events_max_len()
 local attempts_made = rcall("HINCRBY", job_key, "atm", 1)
 
+local parent_key = rcall("HGET", job_key, "parentKey")
+
 if outcome == "completed" then
   rcall("HSET", job_key, "returnvalue", ARGV[6], "finishedOn", now)
   rcall("ZADD", K_COMPLETED, now, job_id)
+  if parent_key then
+    child_completed(job_key, parent_key, ARGV[6], now)
+  end
   emit(max_len, "completed", "jobId", job_id, "returnvalue", ARGV[6], "prev", "active")
   apply_retention(K_COMPLETED, prefix, job_id, tonumber(ARGV[8]), tonumber(ARGV[9]), now)
 elseif outcome == "failed" then
@@ -64,6 +76,9 @@ elseif outcome == "failed" then
   end
   rcall("HDEL", job_key, "defa")
   rcall("ZADD", K_FAILED, now, job_id)
+  if parent_key then
+    child_failed(job_key, parent_key, ARGV[6], now)
+  end
   emit(max_len, "failed", "jobId", job_id, "failedReason", ARGV[6], "prev", "active")
   emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts_made)
   apply_retention(K_FAILED, prefix, job_id, tonumber(ARGV[8]), tonumber(ARGV[9]), now)

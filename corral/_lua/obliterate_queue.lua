@@ -14,7 +14,9 @@
 -- Returns 1 when jobs may be left (call again), 0 when the jobs and KEYS are all gone.
 -- Error codes: -1 the queue has active jobs and force is not set (nothing was written).
 -- @include keys
+-- @include scores
 -- @include remove
+-- @include parent
 -- @include purge
 
 local prefix = ARGV[1]

@@ -2,7 +2,9 @@
 --
 -- All-or-nothing: the whole tree is read first, and if the job or any job below it is
 -- active (in active or holding a lock) nothing at all is written. Then children go before
--- their parents, each with a `removed{jobId, prev}` event on its own queue's stream.
+-- their parents, each with a `removed{jobId, prev}` event on its own queue's stream. A parent
+-- outside the removal that is left with no pending child is released to run, as when its
+-- last child completes (include/parent.lua).
 --
 -- KEYS: the queue's keys in corral._keys order (include/keys.lua); the job's own queue keys
 --       are reached as ARGV[1] .. suffix (include/remove_tree.lua), like its children's.
@@ -14,6 +16,7 @@
 -- @include keys
 -- @include scores
 -- @include remove
+-- @include parent
 -- @include remove_tree
 
 local job_key = ARGV[1] .. ARGV[2]
@@ -21,10 +24,11 @@ if rcall("EXISTS", job_key) == 0 then
   return -1
 end
 local tree = {}
-if collect_tree(job_key, ARGV[3] == "1", tree, {}) then
+local removing = {}
+if collect_tree(job_key, ARGV[3] == "1", tree, removing) then
   return -5
 end
 for _, key in ipairs(tree) do
-  remove_one(key)
+  remove_one(key, removing)
 end
 return #tree

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
+from corral._sync.job_flow import JobFlowMixin
 from corral.errors import InvalidOptionError, script_error
 from corral.job import JobRecord, JobState
 from corral.options import MAX_PRIORITY, Duration, duration_ms, retention_limits
@@ -40,7 +41,7 @@ _MOVE_TO_DELAYED = _scripts.load("move_to_delayed")
 _MOVE_TO_WAIT = _scripts.load("move_to_wait")
 
 
-class Job(JobRecord):
+class Job(JobRecord, JobFlowMixin):
     """A job of an :class:`Queue`; see :class:`corral.job.JobRecord` for its fields."""
 
     queue: QueueBase

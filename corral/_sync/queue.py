@@ -10,11 +10,12 @@ from redis import Redis
 from typing_extensions import Unpack
 
 from corral import _codec, _scripts, options
+from corral._sync._redis import run_atomically
 from corral._sync.job import Job
-from corral._sync.queue_admin import QueueAdmin
+from corral._sync.queue_schedulers import QueueSchedulers
 from corral._keys import DEFAULT_PREFIX
 from corral.clock import now_ms
-from corral.errors import InvalidOptionError, JobNotFoundError
+from corral.errors import InvalidOptionError, JobNotFoundError, ParentNotFoundError
 from corral.job import JobState
 from corral.options import JobOptions, JobOptionsDict
 
@@ -43,7 +44,7 @@ LIST_STATES = frozenset({"waiting", "wait", "paused", "active"})
 BulkItem = tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]
 
 
-class Queue(QueueAdmin):
+class Queue(QueueSchedulers):
     """A queue in BullMQ 6.x's layout, for asyncio code.
 
     Args:
@@ -77,8 +78,20 @@ class Queue(QueueAdmin):
         # Checked now, so a bad default fails at construction rather than at the first add.
         JobOptions.build(self.default_job_options, backoff_types=self.backoff_types)
 
-    def _prepare(self, name: str, data: Any, given: Mapping[str, Any]) -> list[Any]:
-        """Validate one job and give the ARGV of add_job.lua; raises before any I/O."""
+    def _prepare(
+        self,
+        name: str,
+        data: Any,
+        given: Mapping[str, Any],
+        *,
+        job_id: str | None = None,
+        wait_children: bool = False,
+    ) -> list[Any]:
+        """Validate one job and give the ARGV of add_job.lua; raises before any I/O.
+
+        ``job_id`` is an id chosen by the caller that is not stored in opts (a flow's UUIDs);
+        ``wait_children`` parks the job in waiting-children (a flow parent).
+        """
         options.check_name("job name", name)
         opts = JobOptions.build(
             given, defaults=self.default_job_options, backoff_types=self.backoff_types
@@ -86,9 +99,10 @@ class Queue(QueueAdmin):
         encoded = _codec.encode_data(data)
         opts.check_size(encoded)
         ts = opts.timestamp if opts.timestamp is not None else now_ms()
+        parent = opts.parent_field()
         return [
             self._job_prefix,
-            opts.job_id or "",
+            opts.job_id or job_id or "",
             name,
             encoded,
             _codec.dumps(opts.to_opts(ts)),
@@ -96,6 +110,9 @@ class Queue(QueueAdmin):
             opts.delay_ms,
             opts.priority,
             "1" if opts.lifo else "0",
+            opts.parent_key,
+            "" if parent is None else _codec.dumps(parent),
+            "1" if wait_children else "0",
         ]
 
     def _added(self, args: list[Any], reply: list[Any]) -> Job:
@@ -108,6 +125,8 @@ class Queue(QueueAdmin):
             timestamp=args[5],
             delay=args[6],
             priority=args[7],
+            parent_key=args[9] or None,
+            parent=_codec.loads(args[10]),
         )
         job.queue = self
         return job
@@ -121,14 +140,24 @@ class Queue(QueueAdmin):
         / ``remove_on_fail`` (``True``, a count, or ``{"age": s, "count": n}``), ``keep_logs``,
         ``stacktrace_limit``, ``size_limit`` (bytes of JSON data), ``timestamp`` (epoch ms).
 
+        Flows: ``parent={"id": ..., "queue": "<prefix>:<queue>"}`` makes the job a child of an
+        existing job (in any queue of the prefix; ``job.queue_qualified_name`` gives the
+        queue part), which then waits for it; ``fail_parent_on_failure``,
+        ``continue_parent_on_failure``, ``ignore_dependency_on_failure`` or
+        ``remove_dependency_on_failure`` (at most one) says what the child's final failure
+        does to the parent (see ``docs/flows.md``).
+
         Adding a ``job_id`` that exists already writes nothing (a ``duplicated`` event) and
         returns the existing job, as BullMQ does.
 
         Raises:
             InvalidOptionError: an option or the data was refused; nothing was written.
+            ParentNotFoundError: the parent does not exist; nothing was written.
         """
         args = self._prepare(name, data, options)
         reply = self._run(_scripts.ADD_JOB, args)
+        if isinstance(reply, int):
+            raise missing_parent(args[9])
         if int(reply[1]) == 0:
             existing = self.get_job(_codec.text(reply[0]))
             if existing is not None:
@@ -145,6 +174,8 @@ class Queue(QueueAdmin):
 
         Raises:
             InvalidOptionError: naming the index of the first bad item; nothing was written.
+            ParentNotFoundError: an item's parent does not exist (and is not added by an
+                earlier item); nothing was written.
         """
         prepared: list[list[Any]] = []
         for index, item in enumerate(jobs):
@@ -154,15 +185,14 @@ class Queue(QueueAdmin):
                 raise InvalidOptionError(f"add_bulk item {index}: {exc}") from None
         if not prepared:
             return []
-        client = self.client()
-        # Load the script before MULTI: a NOSCRIPT inside the transaction would fail it all.
-        client.script_load(_scripts.ADD_JOB.source)
-        with client.pipeline(transaction=True) as pipe:
-            for args in prepared:
-                pipe.evalsha(
-                    _scripts.ADD_JOB.sha, len(self._script_keys), *self._script_keys, *args
-                )
-            replies = pipe.execute()
+        replies, missing = run_atomically(
+            self.client(),
+            _scripts.ADD_JOB,
+            [(self._script_keys, args) for args in prepared],
+            must_exist=external_parents(prepared),
+        )
+        if missing is not None:
+            raise missing_parent(missing)
         added = []
         for args, reply in zip(prepared, replies, strict=True):
             existing = None if int(reply[1]) else self.get_job(_codec.text(reply[0]))
@@ -221,6 +251,28 @@ class Queue(QueueAdmin):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def external_parents(prepared: Iterable[list[Any]]) -> list[str]:
+    """Parent keys named by add_job.lua ARGV lists that no earlier item creates itself."""
+    created: set[str] = set()
+    parents: list[str] = []
+    for args in prepared:
+        if args[9] and args[9] not in created:
+            parents.append(args[9])
+        if args[1]:
+            created.add(args[0] + args[1])
+    return parents
+
+
+def missing_parent(parent_key: str) -> ParentNotFoundError:
+    """The error for a parent key that does not exist ("bull:pq:<id>")."""
+    queue_key, _, parent_id = parent_key.rpartition(":")
+    return ParentNotFoundError(
+        f"parent job {parent_key} does not exist (missing key for parent job)",
+        queue=queue_key.rpartition(":")[2],
+        job_id=parent_id,
+    )
 
 
 def _unpack_bulk_item(item: Any) -> tuple[str, Any, Mapping[str, Any]]:

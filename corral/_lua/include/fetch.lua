@@ -31,16 +31,41 @@ local function fetch_spec(i)
   }
 end
 
--- A job recovered from stalls more than max_stalled times fails at fetch, as BullMQ's
--- workers do; it is never handed to a processor.
-local function fail_stalled(job_id, job_key, now, max_len)
-  local reason = "job stalled more than allowable limit"
+-- removeOnFail of a job's opts as apply_retention's (keep count, max age ms); -1: no limit.
+local function fail_retention(job_key)
+  local ok, opts = pcall(cjson.decode, rcall("HGET", job_key, "opts") or "{}")
+  local value = ok and type(opts) == "table" and opts.removeOnFail
+  if value == true then
+    return 0, -1
+  elseif type(value) == "number" then
+    return value, -1
+  elseif type(value) == "table" then
+    local count, age = tonumber(value.count), tonumber(value.age)
+    return count or -1, age and age * 1000 or -1
+  end
+  return -1, -1
+end
+
+-- Some jobs fail at fetch and never reach a processor, as with BullMQ's workers: one
+-- recovered from stalls more than max_stalled times, and a flow parent carrying `defa` (a
+-- failParentOnFailure child failed). The failure is final, like the worker's: atm + 1,
+-- failedReason, finishedOn, `defa` cleared, failed set, its own parent told (so a deferred
+-- failure climbs the tree one fetch per level), `failed` + `retries-exhausted`, removeOnFail
+-- (needs include/remove and include/parent).
+local function fail_at_fetch(prefix, job_id, job_key, reason, now, max_len)
   rcall("LREM", K_ACTIVE, -1, job_id)
   local attempts = rcall("HINCRBY", job_key, "atm", 1)
   rcall("HSET", job_key, "failedReason", reason, "finishedOn", now)
+  rcall("HDEL", job_key, "defa")
   rcall("ZADD", K_FAILED, now, job_id)
+  local parent_key = rcall("HGET", job_key, "parentKey")
+  if parent_key then
+    child_failed(job_key, parent_key, reason, now)
+  end
   emit(max_len, "failed", "jobId", job_id, "failedReason", reason, "prev", "active")
   emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts)
+  local keep, max_age = fail_retention(job_key)
+  apply_retention(K_FAILED, prefix, job_id, keep, max_age, now)
 end
 
 -- Take up to spec.count ready jobs: wait first (its right end), then the lowest prioritized.
@@ -94,8 +119,11 @@ local function take_jobs(out, prefix, now, spec, max_len)
         rcall("PEXPIRE", K_LIMITER, limit_ms)
       end
     end
-    if (tonumber(rcall("HGET", job_key, "stc")) or 0) > spec.max_stalled then
-      fail_stalled(job_id, job_key, now, max_len)
+    local guard = rcall("HMGET", job_key, "stc", "defa")
+    if (tonumber(guard[1]) or 0) > spec.max_stalled then
+      fail_at_fetch(prefix, job_id, job_key, "job stalled more than allowable limit", now, max_len)
+    elseif guard[2] then
+      fail_at_fetch(prefix, job_id, job_key, guard[2], now, max_len)
     else
       local token = spec.token_base .. ":" .. (spec.token_seq + taken)
       rcall("SET", job_key .. ":lock", token, "PX", spec.lock_ms)

@@ -1,6 +1,7 @@
 -- Bulk removal for the queue-wide operations (drain, clean, obliterate), which know where each
 -- job sits: unlike remove_tree.lua's remove_one, nothing is searched and no `removed` event is
--- written per job, so a batch of 1000 stays cheap (needs include/remove).
+-- written per job, so a batch of 1000 stays cheap (needs include/remove, include/scores and
+-- include/parent).
 
 -- Delete one job: unlink it from its parent's :dependencies, free its deduplication id when
 -- that still names this job (a later add with the id must not be refused), then delete its
@@ -8,9 +9,9 @@
 local function purge_job(prefix, job_id)
   local job_key = prefix .. job_id
   local fields = rcall("HMGET", job_key, "parentKey", "deid")
-  if fields[1] then
-    -- TODO(flows): like remove_one, this does not release a parent left with no dependency.
-    rcall("SREM", fields[1] .. ":dependencies", job_key)
+  if fields[1] and rcall("SREM", fields[1] .. ":dependencies", job_key) == 1 then
+    -- The parent's last pending child is gone: it runs now, as after a completion.
+    release_if_done(fields[1], nil)
   end
   if fields[2] then
     local de_key = prefix .. "de:" .. fields[2]
@@ -27,11 +28,12 @@ local function purge_list_head(prefix, key, n)
     return 0
   end
   local ids = rcall("LRANGE", key, 0, n - 1)
-  for _, job_id in ipairs(ids) do
-    purge_job(prefix, job_id)
-  end
+  -- Trimmed before the jobs go: a purge can push a released parent onto this very list.
   if #ids > 0 then
     rcall("LTRIM", key, #ids, -1)
+  end
+  for _, job_id in ipairs(ids) do
+    purge_job(prefix, job_id)
   end
   return #ids
 end
@@ -42,11 +44,12 @@ local function purge_zset_head(prefix, key, n)
     return 0
   end
   local ids = rcall("ZRANGE", key, 0, n - 1)
-  for _, job_id in ipairs(ids) do
-    purge_job(prefix, job_id)
-  end
+  -- Removed before the jobs go: a purge can add a released parent to this very zset.
   if #ids > 0 then
     rcall("ZREMRANGEBYRANK", key, 0, #ids - 1)
+  end
+  for _, job_id in ipairs(ids) do
+    purge_job(prefix, job_id)
   end
   return #ids
 end

@@ -1,11 +1,8 @@
--- Removing a job, and with it the flow below it (needs include/remove).
+-- Removing a job, and with it the flow below it (needs include/remove, and include/parent
+-- for split_job_key and release_if_done).
 -- Everything works from a full job key, because the children of a flow can live in other
 -- queues: the queue's key prefix ("bull:q:") is the job key up to and including its last
 -- ':' (job ids never contain ':'), and its other keys are that prefix plus a suffix.
-
-local function split_job_key(job_key)
-  return string.match(job_key, "^(.*:)([^:]*)$")
-end
 
 -- Full keys of a parent's children: unfinished (:dependencies), completed (:processed), and
 -- failed ones it recorded (:failed for ignoreDependencyOnFailure, :unsuccessful for
@@ -65,8 +62,10 @@ local REMOVABLE_FROM = {
 
 -- Remove one job that is not active: take it out of its queue's lists and sets, unlink it
 -- from its parent, free its deduplication id, delete its keys, and emit `removed` on its own
--- queue's events stream.
-local function remove_one(job_key)
+-- queue's events stream. A parent left with no pending child is released, as when its last
+-- child completes, unless it is in `removing` (a set of keys going in the same call): a
+-- parent removed with its children is not moved to wait on its way out.
+local function remove_one(job_key, removing)
   local queue_prefix, job_id = split_job_key(job_key)
   local prev = nil
   for _, where in ipairs(REMOVABLE_FROM) do
@@ -81,10 +80,9 @@ local function remove_one(job_key)
     end
   end
   local fields = rcall("HMGET", job_key, "parentKey", "deid")
-  if fields[1] then
-    -- TODO(flows): when this empties the parent's :dependencies and the parent is in
-    -- waiting-children, the parent should move to wait; releasing it is a later issue.
-    rcall("SREM", fields[1] .. ":dependencies", job_key)
+  if fields[1] and rcall("SREM", fields[1] .. ":dependencies", job_key) == 1
+    and not (removing and removing[fields[1]]) then
+    release_if_done(fields[1], nil)
   end
   if fields[2] then
     local de_key = queue_prefix .. "de:" .. fields[2]

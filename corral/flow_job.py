@@ -1,0 +1,150 @@
+"""Flow trees: the nodes a ``FlowProducer`` adds, the tree it returns, and their checks. Pure.
+
+A flow is a tree of jobs: a parent runs after its children, which may live in other queues
+of the same prefix. :class:`FlowJob` describes one node to add (plain dicts are accepted
+too), :class:`JobNode` is a job as added or read back with the nodes below it, and
+:func:`flow_nodes` checks a whole tree before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypedDict, TypeVar
+
+from corral.errors import InvalidOptionError
+from corral.job import JobState
+from corral.options import JobOptionsDict, check_name
+
+#: The keys a flow node may have when it is given as a dict.
+NODE_KEYS = frozenset({"name", "queue_name", "data", "opts", "children"})
+
+
+@dataclass
+class FlowJob:
+    """One node of a flow: a job, and the children it waits for.
+
+    Args:
+        name: the job's name.
+        queue_name: its queue (any queue of the flow producer's prefix).
+        data: JSON data; ``None`` is stored as ``{}``, as Node's ``FlowProducer`` does.
+        options: the keyword options of ``Queue.add`` (``job_id``, ``delay``, ``priority``,
+            ``attempts``, ``fail_parent_on_failure``...). ``parent`` is set by the tree; only
+            the root may name an existing job as its own parent.
+        children: nodes (``FlowJob`` or dicts with the keys ``name``, ``queue_name``,
+            ``data``, ``opts``, ``children``) that run before this job.
+
+    Example::
+
+        FlowJob("report", "reports", children=[FlowJob("part", "parts", {"n": 1})])
+    """
+
+    name: str
+    queue_name: str
+    data: Any = None
+    options: JobOptionsDict = field(default_factory=lambda: JobOptionsDict())
+    children: list[FlowJob | Mapping[str, Any]] = field(default_factory=list)
+
+
+J = TypeVar("J")
+
+
+@dataclass
+class JobNode(Generic[J]):
+    """A job of a flow with the nodes below it (BullMQ's ``JobNode``).
+
+    ``state`` is filled by ``get_flow`` (read with ``job.get_state()``); ``add`` leaves it
+    ``None``.
+    """
+
+    job: J
+    children: list[JobNode[J]] = field(default_factory=list)
+    state: JobState | None = None
+
+
+class Dependencies(TypedDict):
+    """A parent's children by outcome (``job.get_dependencies()``), keyed by full job key."""
+
+    #: Completed children and their return values.
+    processed: dict[str, Any]
+    #: Children not finished yet.
+    unprocessed: list[str]
+    #: Children that failed with ``fail_parent_on_failure``.
+    failed: list[str]
+    #: Children that failed with ``ignore_dependency_on_failure`` (or
+    #: ``continue_parent_on_failure``) and their failed reasons.
+    ignored: dict[str, str]
+
+
+@dataclass
+class FlowNode:
+    """A node checked by :func:`flow_nodes`: where it is in the tree, and its parent."""
+
+    node: FlowJob
+    path: str
+    parent: FlowNode | None
+    children: list[FlowNode] = field(default_factory=list)
+
+
+def as_flow_job(value: Any, path: str) -> FlowJob:
+    """``value`` as a :class:`FlowJob` (a dict is converted); raises naming ``path``."""
+    if isinstance(value, FlowJob):
+        node = value
+    elif isinstance(value, Mapping):
+        unknown = sorted(set(value) - NODE_KEYS)
+        if unknown:
+            raise InvalidOptionError(
+                f"flow node {path}: unknown key {unknown[0]!r} (use {', '.join(sorted(NODE_KEYS))})"
+            )
+        if "name" not in value or "queue_name" not in value:
+            raise InvalidOptionError(f"flow node {path}: 'name' and 'queue_name' are required")
+        node = FlowJob(
+            value["name"],
+            value["queue_name"],
+            value.get("data"),
+            value.get("opts") or JobOptionsDict(),
+            value.get("children") or [],
+        )
+    else:
+        raise InvalidOptionError(f"flow node {path}: expected a FlowJob or a dict, got {value!r}")
+    try:
+        check_name("job name", node.name)
+        check_name("queue name", node.queue_name, colon=False)
+        if not isinstance(node.options, Mapping):
+            raise InvalidOptionError(f"options must be a dict, got {node.options!r}")
+        if not isinstance(node.children, (list, tuple)):
+            raise InvalidOptionError(f"children must be a list, got {node.children!r}")
+        if path != "root" and node.options.get("parent") is not None:
+            raise InvalidOptionError("parent is set by the tree; only the root may name one")
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"flow node {path} ({node.name!r}): {exc}") from None
+    return node
+
+
+def flow_nodes(tree: Any) -> FlowNode:
+    """Check the shape of a whole tree (names, keys, nesting) and give it as :class:`FlowNode`s.
+
+    Options and data are checked when each node is prepared for its queue.
+    """
+    root = FlowNode(as_flow_job(tree, "root"), "root", None)
+    seen = {id(tree)}
+    pending = [root]
+    while pending:
+        current = pending.pop()
+        for i, child in enumerate(current.node.children):
+            path = f"{current.path}.children[{i}]"
+            if id(child) in seen:
+                raise InvalidOptionError(f"flow node {path}: the same node appears twice")
+            seen.add(id(child))
+            node = FlowNode(as_flow_job(child, path), path, current)
+            current.children.append(node)
+            pending.append(node)
+    return root
+
+
+def breadth_first(root: FlowNode) -> Iterator[FlowNode]:
+    """The nodes of a tree, every parent before its children (the order they are added in)."""
+    level = [root]
+    while level:
+        yield from level
+        level = [child for node in level for child in node.children]
