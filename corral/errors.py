@@ -126,6 +126,11 @@ SCRIPT_ERRORS: dict[int, tuple[type[JobError], str]] = {
     -5: (JobLockedError, "job {job_id} in queue {queue} is active (locked by a worker)"),
     -6: (LockMismatchError, "lock of job {job_id} in queue {queue} is held by another worker"),
     -7: (ParentNotFoundError, "parent job {job_id} does not exist in queue {queue}"),
+    -8: (
+        JobStateError,
+        "job {job_id} in queue {queue} is the pending iteration of a job scheduler: "
+        "remove the scheduler instead",
+    ),
 }
 
 

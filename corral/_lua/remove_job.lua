@@ -12,7 +12,8 @@
 -- ARGV[2] job id
 -- ARGV[3] "1" to remove the children too, else "0"
 -- Returns the number of jobs removed.
--- Error codes: -1 job missing, -5 the job or one of its children is active.
+-- Error codes: -1 job missing, -5 the job or one of its children is active, -8 the job is
+-- the pending iteration of a job scheduler (remove the scheduler instead, as BullMQ says).
 -- @include keys
 -- @include scores
 -- @include remove
@@ -22,6 +23,13 @@
 local job_key = ARGV[1] .. ARGV[2]
 if rcall("EXISTS", job_key) == 0 then
   return -1
+end
+local scheduler = rcall("HGET", job_key, "rjk")
+if scheduler then
+  local next_run = rcall("ZSCORE", ARGV[1] .. "repeat", scheduler)
+  if next_run and ARGV[2] == "repeat:" .. scheduler .. ":" .. next_run then
+    return -8
+  end
 end
 local tree = {}
 local removing = {}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from corral import Queue, InvalidOptionError, clock
+from corral import Queue, InvalidOptionError, JobStateError, _scripts, clock
 from corral._sync.queue_schedulers import schedule_next_iteration
 from corral.schedule import cron_next
 
@@ -373,3 +373,26 @@ def test_refused_scheduler_id(queue: Queue, r: redis.Redis) -> None:
     with pytest.raises(InvalidOptionError, match="scheduler id"):
         queue.upsert_job_scheduler("", every=1)
     assert r.dbsize() == 0
+
+
+def test_pending_iteration_cannot_be_removed_but_past_ones_can(
+    queue: Queue, r: redis.Redis
+) -> None:
+    first = queue.upsert_job_scheduler("tick", every=60, template=("tick", {}))
+    assert first is not None and first.id.startswith("repeat:tick:")
+    with pytest.raises(JobStateError, match="pending iteration of a job scheduler"):
+        first.remove()
+    assert r.exists(f"bull:q:{first.id}") == 1
+    # Once worked, the iteration is history: removing it leaves no trace in any set.
+    worker_token = "tok"
+    reply = queue._run(
+        _scripts.MOVE_TO_ACTIVE, [queue._job_prefix, clock.now_ms(), 1, worker_token, 0, 30_000, ""]
+    )
+    taken = queue._bind(str(reply[2]), {}, token=str(reply[3]))
+    taken.refresh()
+    schedule_next_iteration(queue, taken)
+    taken.move_to_completed("done", str(reply[3]))
+    taken.remove()
+    assert r.exists(f"bull:q:{first.id}") == 0
+    assert r.zscore("bull:q:completed", first.id) is None
+    assert r.zcard("bull:q:repeat") == 1

@@ -4,6 +4,11 @@
 -- last ':' (job ids never contain ':'), and its other keys are that prefix plus a suffix.
 
 local function split_job_key(job_key)
+  -- A scheduler's iteration id (repeat:<scheduler id>:<ms>) holds colons of its own.
+  local queue_prefix, job_id = string.match(job_key, "^(.*:)(repeat:.+:%d+)$")
+  if queue_prefix then
+    return queue_prefix, job_id
+  end
   return string.match(job_key, "^(.*:)([^:]*)$")
 end
 
