@@ -75,6 +75,9 @@ class FetchNext:
     #: The worker's limiter: at most ``limit_max`` jobs per ``limit_ms`` (0: none).
     limit_max: int = 0
     limit_ms: int = 0
+    #: BullMQ's metrics: data points kept per minute series (0: none). Read by
+    #: move_to_finished.lua only (its ARGV[19]), which finishes a job before fetching.
+    metrics_points: int = 0
 
     def args(self) -> list[Any]:
         return [
@@ -86,6 +89,7 @@ class FetchNext:
             self.max_stalled,
             self.limit_max,
             self.limit_ms,
+            self.metrics_points,
         ]
 
 

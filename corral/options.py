@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypedDict
 
+from corral.dedup import NO_DEDUP_ARGS, Dedup, DedupSpec, check_dedup, check_idempotency
 from corral.errors import InvalidOptionError
 
 #: A duration at the API: seconds as a number, or a ``timedelta``.
@@ -239,6 +240,9 @@ class JobOptionsDict(TypedDict, total=False):
     continue_parent_on_failure: bool
     ignore_dependency_on_failure: bool
     remove_dependency_on_failure: bool
+    deduplication: Dedup | dict[str, Any]
+    idempotency_key: str
+    idempotency_window: Duration
 
 
 OPTION_NAMES = frozenset(JobOptionsDict.__annotations__)
@@ -263,6 +267,9 @@ class JobOptions:
     parent: dict[str, str] | None = None
     #: BullMQ's short name of the child failure policy (``"fpof"``...), or ``None``.
     failure_policy: str | None = None
+    dedup: DedupSpec | None = None
+    idempotency_key: str = ""
+    idempotency_window_ms: int = 0
 
     @classmethod
     def build(
@@ -282,8 +289,16 @@ class JobOptions:
                 hint = difflib.get_close_matches(unknown[0], OPTION_NAMES, n=1)
                 also = f" (did you mean {hint[0]!r}?)" if hint else ""
                 raise InvalidOptionError(f"unknown job option {unknown[0]!r}{also}")
+        for per_job in ("job_id", "parent", "deduplication", "idempotency_key"):
+            if per_job in (defaults or {}):
+                raise InvalidOptionError(
+                    f"default_job_options cannot hold {per_job!r}: it belongs to one job"
+                )
         o: dict[str, Any] = {**(defaults or {}), **options}
         get = o.get
+        idem_key, idem_ms = check_idempotency(
+            get("idempotency_key"), get("idempotency_window"), duration_ms
+        )
         return cls(
             job_id=None if get("job_id") is None else check_job_id(o["job_id"]),
             delay_ms=0 if get("delay") is None else duration_ms("delay", o["delay"]),
@@ -313,6 +328,11 @@ class JobOptions:
             else int_option("timestamp (epoch ms)", o["timestamp"], 0),
             parent=None if get("parent") is None else check_parent(o["parent"]),
             failure_policy=_failure_policy(o),
+            dedup=None
+            if get("deduplication") is None
+            else check_dedup(o["deduplication"], duration_ms),
+            idempotency_key=idem_key,
+            idempotency_window_ms=idem_ms,
         )
 
     @property
@@ -367,7 +387,14 @@ class JobOptions:
             opts["parent"] = dict(self.parent)
         if self.failure_policy:
             opts[self.failure_policy] = True
+        if self.dedup is not None:
+            opts["de"] = self.dedup.to_opts()  # BullMQ's short name of deduplication
         return opts
+
+    def dedup_args(self) -> list[Any]:
+        """ARGV[13..19] of add_job.lua: deduplication, then the idempotency key and window."""
+        dedup = NO_DEDUP_ARGS if self.dedup is None else self.dedup.script_args()
+        return [*dedup, self.idempotency_key, self.idempotency_window_ms]
 
 
 def _bool_option(option: str, value: Any) -> bool:

@@ -94,6 +94,8 @@ class Worker:
         retry_on / no_retry_on: exception types that are (only) / never retried.
         close_grace: on SIGTERM/SIGINT, seconds to let running jobs finish before they are
             cancelled and put back in wait.
+        metrics_max_data_points: record BullMQ's per-minute completed/failed counts, keeping
+            this many minutes (0: no metrics; BullMQ's ``metrics.maxDataPoints``).
 
     Example::
 
@@ -121,6 +123,7 @@ class Worker:
         retry_on: type[BaseException] | Sequence[type[BaseException]] | None = None,
         no_retry_on: type[BaseException] | Sequence[type[BaseException]] = (),
         close_grace: Duration = 30.0,
+        metrics_max_data_points: int = 0,
         strict: bool = False,
     ) -> None:
         options.check_name("queue name", queue_name, colon=False)
@@ -142,6 +145,9 @@ class Worker:
             no_retry_on=options.exception_types("no_retry_on", no_retry_on),
         )
         self.close_grace = options.duration_ms("close_grace", close_grace) / 1000
+        self._metrics_points = options.int_option(
+            "metrics_max_data_points", metrics_max_data_points, 0
+        )
         self._connection = connection
         self._strict = strict
         self._is_async = processor is not None and inspect.iscoroutinefunction(processor)
@@ -331,6 +337,7 @@ class Worker:
             self._max_stalled,
             self._limit_max,
             self._limit_ms,
+            self._metrics_points,
         )
 
     async def _fetch_loop(self) -> None:

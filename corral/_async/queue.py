@@ -112,6 +112,7 @@ class AsyncQueue(AsyncQueueSchedulers):
             opts.parent_key,
             "" if parent is None else _codec.dumps(parent),
             "1" if wait_children else "0",
+            *opts.dedup_args(),
         ]
 
     def _added(self, args: list[Any], reply: list[Any]) -> AsyncJob:
@@ -157,10 +158,28 @@ class AsyncQueue(AsyncQueueSchedulers):
         reply = await self._run(_scripts.ADD_JOB, args)
         if isinstance(reply, int):
             raise missing_parent(args[9])
-        if int(reply[1]) == 0:
-            existing = await self.get_job(_codec.text(reply[0]))
-            if existing is not None:
-                return existing
+        return await self._result(args, reply)
+
+    async def _result(self, args: list[Any], reply: list[Any]) -> AsyncJob:
+        """The job an add answered with: the new one, or the one that made it a no-op."""
+        code = int(reply[1])
+        if code == 1:
+            return self._added(args, reply)
+        job_id = _codec.text(reply[0])
+        existing = await self.get_job(job_id)
+        if existing is not None:
+            return existing
+        if code == 2:
+            # An idempotency key within its window whose first job is gone: its record tells
+            # what became of it.
+            state, value, name = (_codec.text(v) for v in reply[2:5])
+            job = AsyncJob(queue_name=self.name, id=job_id, name=name, data=None)
+            if state == "completed":
+                job.returnvalue = _codec.loads(value)
+            elif state == "failed":
+                job.failed_reason = value
+            job.queue = self
+            return job
         return self._added(args, reply)
 
     async def add_bulk(self, jobs: Iterable[BulkItem]) -> list[AsyncJob]:
@@ -192,11 +211,20 @@ class AsyncQueue(AsyncQueueSchedulers):
         )
         if missing is not None:
             raise missing_parent(missing)
-        added = []
-        for args, reply in zip(prepared, replies, strict=True):
-            existing = None if int(reply[1]) else await self.get_job(_codec.text(reply[0]))
-            added.append(existing or self._added(args, reply))
-        return added
+        return [
+            await self._result(args, reply) for args, reply in zip(prepared, replies, strict=True)
+        ]
+
+    async def get_deduplication_job_id(self, deduplication_id: str) -> str | None:
+        """The id of the job that holds a deduplication id, or ``None`` when it is free."""
+        client = await self.client()
+        job_id: str | None = await client.get(self.keys.key(f"de:{deduplication_id}"))  # type: ignore[assignment]
+        return job_id
+
+    async def remove_deduplication_key(self, deduplication_id: str) -> bool:
+        """Free a deduplication id now (its ttl or job notwithstanding); ``False`` if free."""
+        client = await self.client()
+        return bool(await client.delete(self.keys.key(f"de:{deduplication_id}")))
 
     async def remove(self, job_id: str, *, remove_children: bool = True) -> bool:
         """Remove a job (and, by default, its children); ``False`` when there is no such job.

@@ -13,13 +13,24 @@
 -- ARGV[11] the `parent` field: JSON {"id", "queueKey"} plus its failure policy flag, or ""
 -- ARGV[12] "1" for a flow parent: it waits in waiting-children (score = timestamp) for the
 --          children added after it, with events `added`, `waiting-children`; else "0"
--- Returns {job id, 1} when the job was created, {job id, 0} when a job with that custom id
+-- ARGV[13] deduplication id, or "" for none (BullMQ's opts.de; the job gets `deid`)
+-- ARGV[14] deduplication ttl ms (0: until the job finishes)
+-- ARGV[15] "1" to extend the ttl on a duplicate add   ARGV[16] "1" to replace a job that is
+--          still delayed (debounce)                    ARGV[17] "1" for keep-last-if-active
+-- ARGV[18] idempotency key, or "" (corral's: K:x-idem:<key>, field `x-idem` on the job)
+-- ARGV[19] idempotency window ms
+-- Returns {job id, 1} when the job was created; {job id, 0} when a job with that custom id
 -- already existed (nothing is written but a `duplicated` event; it is not linked to the
--- parent).
+-- parent); {kept job id, 3} when the deduplication id is held by another job (a
+-- `deduplicated` event; with keep-last-if-active and the holder active, this add is kept in
+-- K:dn:<id> to run after it); {first job id, 2, state, value, name} when the idempotency key
+-- was used within its window (state "" while unfinished, else "completed" with the return
+-- value or "failed" with the reason).
 -- Error codes: -7 the parent does not exist (nothing is written, K:id is not counted).
 -- @include keys
 -- @include events
 -- @include scores
+-- @include remove
 
 local prefix = ARGV[1]
 local parent_key = ARGV[10] or ""
@@ -35,9 +46,55 @@ end
 local job_key = prefix .. job_id
 local max_len = events_max_len()
 
+local idem_key = ARGV[18] or ""
+local idem_record = prefix .. "x-idem:" .. idem_key
+if idem_key ~= "" then
+  local first = rcall("HMGET", idem_record, "jobId", "state", "value", "name")
+  if first[1] then
+    return {first[1], 2, first[2] or "", first[3] or "", first[4] or ""}
+  end
+end
+
 if rcall("EXISTS", job_key) == 1 then
   emit(max_len, "duplicated", "jobId", job_id)
   return {job_id, 0}
+end
+
+local dedup_id = ARGV[13] or ""
+local dedup_ttl = tonumber(ARGV[14]) or 0
+local de_key = prefix .. "de:" .. dedup_id
+if dedup_id ~= "" then
+  local holder = rcall("GET", de_key)
+  if holder and rcall("EXISTS", prefix .. holder) == 0 then
+    holder = nil -- its job is gone: the id is free again
+  end
+  if holder then
+    local holder_active = rcall("EXISTS", prefix .. holder .. ":lock") == 1
+    if ARGV[17] == "1" and holder_active then
+      -- Keep-last-if-active: this add waits in K:dn:<id>, replacing any earlier one, and
+      -- becomes a job when the active one finishes (include/dedup.lua).
+      rcall("HSET", prefix .. "dn:" .. dedup_id, "name", ARGV[3], "data", ARGV[4],
+        "opts", ARGV[5], "jid", job_id)
+      emit(max_len, "deduplicated", "jobId", holder, "deduplicationId", dedup_id,
+        "deduplicatedJobId", job_id)
+      return {holder, 3}
+    end
+    if ARGV[16] == "1" and rcall("ZSCORE", K_DELAYED, holder) then
+      -- Debounce: the job still waiting for its delay gives way to this one.
+      rcall("ZREM", K_DELAYED, holder)
+      delete_job(prefix .. holder)
+      emit(max_len, "removed", "jobId", holder, "prev", "delayed")
+      emit(max_len, "deduplicated", "jobId", job_id, "deduplicationId", dedup_id,
+        "deduplicatedJobId", holder)
+    else
+      if ARGV[15] == "1" and dedup_ttl > 0 then
+        rcall("PEXPIRE", de_key, dedup_ttl)
+      end
+      emit(max_len, "deduplicated", "jobId", holder, "deduplicationId", dedup_id,
+        "deduplicatedJobId", job_id)
+      return {holder, 3}
+    end
+  end
 end
 
 local timestamp = tonumber(ARGV[6])
@@ -48,6 +105,19 @@ rcall("HSET", job_key, "name", ARGV[3], "data", ARGV[4], "opts", ARGV[5], "times
 if parent_key ~= "" then
   rcall("HSET", job_key, "parentKey", parent_key, "parent", ARGV[11])
   rcall("SADD", parent_key .. ":dependencies", job_key)
+end
+if dedup_id ~= "" then
+  rcall("HSET", job_key, "deid", dedup_id)
+  if dedup_ttl > 0 then
+    rcall("SET", de_key, job_id, "PX", dedup_ttl)
+  else
+    rcall("SET", de_key, job_id)
+  end
+end
+if idem_key ~= "" then
+  rcall("HSET", job_key, "x-idem", idem_key)
+  rcall("HSET", idem_record, "jobId", job_id, "name", ARGV[3])
+  rcall("PEXPIRE", idem_record, ARGV[19])
 end
 rcall("HSETNX", K_META, "opts.maxLenEvents", max_len)
 emit(max_len, "added", "jobId", job_id, "name", ARGV[3])

@@ -21,6 +21,7 @@
 -- @include scores
 -- @include remove
 -- @include parent
+-- @include dedup
 -- @include fetch
 
 local prefix = ARGV[1]

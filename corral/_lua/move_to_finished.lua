@@ -13,6 +13,11 @@
 -- ARGV[9]  retention, max age ms: -1 none
 -- ARGV[10] retry delay ms (retry only): > 0 goes to delayed, 0 straight back to wait
 -- ARGV[11..18] fetch next, as in move_to_active.lua's ARGV[3..10] (count 0: none)
+-- ARGV[19] metrics: data points to keep per minute series (0: no metrics), BullMQ's
+--          maxDataPoints
+-- A finished job (completed, or failed for good) frees its deduplication id, starts the add
+-- kept by keep-last-if-active, and records its outcome for its idempotency key
+-- (include/dedup.lua).
 -- A flow child (a job with `parentKey`) also updates its parent, which may be in another
 -- queue (include/parent.lua): completed -> no longer pending, return value in the parent's
 -- :processed; failed for good -> by its failure policy (fpof, cpof, idof, rdof or none). A
@@ -28,6 +33,7 @@
 -- @include scores
 -- @include remove
 -- @include parent
+-- @include dedup
 -- @include fetch
 
 local prefix = ARGV[1]
@@ -61,11 +67,17 @@ local attempts_made = rcall("HINCRBY", job_key, "atm", 1)
 
 local parent_key = rcall("HGET", job_key, "parentKey")
 
+local metrics_points = tonumber(ARGV[19]) or 0
 if outcome == "completed" then
   rcall("HSET", job_key, "returnvalue", ARGV[6], "finishedOn", now)
   rcall("ZADD", K_COMPLETED, now, job_id)
   if parent_key then
     child_completed(job_key, parent_key, ARGV[6], now)
+  end
+  release_dedup(prefix, job_key, job_id, now, max_len)
+  record_outcome(prefix, job_key, "completed", ARGV[6], now)
+  if metrics_points > 0 then
+    record_metrics(prefix, "completed", now, metrics_points)
   end
   emit(max_len, "completed", "jobId", job_id, "returnvalue", ARGV[6], "prev", "active")
   apply_retention(K_COMPLETED, prefix, job_id, tonumber(ARGV[8]), tonumber(ARGV[9]), now)
@@ -78,6 +90,11 @@ elseif outcome == "failed" then
   rcall("ZADD", K_FAILED, now, job_id)
   if parent_key then
     child_failed(job_key, parent_key, ARGV[6], now)
+  end
+  release_dedup(prefix, job_key, job_id, now, max_len)
+  record_outcome(prefix, job_key, "failed", ARGV[6], now)
+  if metrics_points > 0 then
+    record_metrics(prefix, "failed", now, metrics_points)
   end
   emit(max_len, "failed", "jobId", job_id, "failedReason", ARGV[6], "prev", "active")
   emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts_made)

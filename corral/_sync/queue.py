@@ -113,6 +113,7 @@ class Queue(QueueSchedulers):
             opts.parent_key,
             "" if parent is None else _codec.dumps(parent),
             "1" if wait_children else "0",
+            *opts.dedup_args(),
         ]
 
     def _added(self, args: list[Any], reply: list[Any]) -> Job:
@@ -158,10 +159,28 @@ class Queue(QueueSchedulers):
         reply = self._run(_scripts.ADD_JOB, args)
         if isinstance(reply, int):
             raise missing_parent(args[9])
-        if int(reply[1]) == 0:
-            existing = self.get_job(_codec.text(reply[0]))
-            if existing is not None:
-                return existing
+        return self._result(args, reply)
+
+    def _result(self, args: list[Any], reply: list[Any]) -> Job:
+        """The job an add answered with: the new one, or the one that made it a no-op."""
+        code = int(reply[1])
+        if code == 1:
+            return self._added(args, reply)
+        job_id = _codec.text(reply[0])
+        existing = self.get_job(job_id)
+        if existing is not None:
+            return existing
+        if code == 2:
+            # An idempotency key within its window whose first job is gone: its record tells
+            # what became of it.
+            state, value, name = (_codec.text(v) for v in reply[2:5])
+            job = Job(queue_name=self.name, id=job_id, name=name, data=None)
+            if state == "completed":
+                job.returnvalue = _codec.loads(value)
+            elif state == "failed":
+                job.failed_reason = value
+            job.queue = self
+            return job
         return self._added(args, reply)
 
     def add_bulk(self, jobs: Iterable[BulkItem]) -> list[Job]:
@@ -193,11 +212,20 @@ class Queue(QueueSchedulers):
         )
         if missing is not None:
             raise missing_parent(missing)
-        added = []
-        for args, reply in zip(prepared, replies, strict=True):
-            existing = None if int(reply[1]) else self.get_job(_codec.text(reply[0]))
-            added.append(existing or self._added(args, reply))
-        return added
+        return [
+            self._result(args, reply) for args, reply in zip(prepared, replies, strict=True)
+        ]
+
+    def get_deduplication_job_id(self, deduplication_id: str) -> str | None:
+        """The id of the job that holds a deduplication id, or ``None`` when it is free."""
+        client = self.client()
+        job_id: str | None = client.get(self.keys.key(f"de:{deduplication_id}"))  # type: ignore[assignment]
+        return job_id
+
+    def remove_deduplication_key(self, deduplication_id: str) -> bool:
+        """Free a deduplication id now (its ttl or job notwithstanding); ``False`` if free."""
+        client = self.client()
+        return bool(client.delete(self.keys.key(f"de:{deduplication_id}")))
 
     def remove(self, job_id: str, *, remove_children: bool = True) -> bool:
         """Remove a job (and, by default, its children); ``False`` when there is no such job.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from corral._sync._queue_base import QueueBase
@@ -76,6 +77,19 @@ def _slice(first: int, last: int, total: int) -> tuple[int, int]:
     start = first if first >= 0 else max(total + first, 0)
     end = min(last if last >= 0 else total + last, total - 1)
     return start, end
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """BullMQ's metrics of one kind: a running ``count``, and jobs per minute in ``data``
+    (newest first); ``prev_ts``/``prev_count`` mark where the last data point was taken."""
+
+    count: int
+    prev_ts: int
+    prev_count: int
+    data: list[int]
+    #: How many data points are stored in all.
+    points: int
 
 
 class QueueGetters(QueueBase):
@@ -207,6 +221,36 @@ class QueueGetters(QueueBase):
         check_int("start", start, None)
         check_int("end", end, None)
         return self._bind(job_id, {}).get_logs(start, end, asc=asc)
+
+    def get_metrics(self, kind: str, start: int = 0, end: int = -1) -> Metrics:
+        """BullMQ's per-minute metrics of finished jobs (kept when workers run with
+        ``metrics_max_data_points``).
+
+        Args:
+            kind: ``"completed"`` or ``"failed"``.
+            start, end: the data points wanted, newest first, ``end`` inclusive.
+
+        Raises:
+            InvalidOptionError: an unknown kind or a bound that is not an integer.
+        """
+        if kind not in ("completed", "failed"):
+            raise InvalidOptionError(f"kind must be 'completed' or 'failed', got {kind!r}")
+        check_int("start", start, None)
+        check_int("end", end, None)
+        key = self.keys.key(f"metrics:{kind}")
+        client = self.client()
+        with client.pipeline(transaction=True) as pipe:
+            pipe.hmget(key, "count", "prevTS", "prevCount")
+            pipe.lrange(f"{key}:data", start, end)
+            pipe.llen(f"{key}:data")
+            (count, prev_ts, prev_count), data, points = pipe.execute()
+        return Metrics(
+            count=int(count or 0),
+            prev_ts=int(prev_ts or 0),
+            prev_count=int(prev_count or 0),
+            data=[int(x) for x in data],
+            points=int(points),
+        )
 
     def count(self) -> int:
         """Jobs yet to run: waiting, paused, delayed, prioritized and waiting-children."""

@@ -62,6 +62,8 @@ local function fail_at_fetch(prefix, job_id, job_key, reason, now, max_len)
   if parent_key then
     child_failed(job_key, parent_key, reason, now)
   end
+  release_dedup(prefix, job_key, job_id, now, max_len)
+  record_outcome(prefix, job_key, "failed", reason, now)
   emit(max_len, "failed", "jobId", job_id, "failedReason", reason, "prev", "active")
   emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts)
   local keep, max_age = fail_retention(job_key)
