@@ -157,6 +157,17 @@ def demo_command(jobs: int, concurrency: int, seed: int) -> None:
 @click.option("--priority", type=int, default=None, help="1 (first) .. 2097151.")
 @click.option("--attempts", type=int, default=None, help="How many times the job may run.")
 @click.option(
+    "--idempotency-key",
+    default=None,
+    help="Within the window, a repeated add creates nothing and prints the first job's id.",
+)
+@click.option(
+    "--idempotency-window",
+    type=float,
+    default=None,
+    help="Seconds the idempotency key is remembered (default: one day).",
+)
+@click.option(
     "--url",
     default=None,
     help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
@@ -170,6 +181,8 @@ def enqueue_command(
     delay: float | None,
     priority: int | None,
     attempts: int | None,
+    idempotency_key: str | None,
+    idempotency_window: float | None,
     url: str | None,
     prefix: str,
 ) -> None:
@@ -195,6 +208,8 @@ def enqueue_command(
             "delay": delay,
             "priority": priority,
             "attempts": attempts,
+            "idempotency_key": idempotency_key,
+            "idempotency_window": idempotency_window,
         }.items()
         if value is not None
     }

@@ -64,3 +64,15 @@ def test_enqueue_reports_an_unreachable_server() -> None:
     assert proc.returncode == 1
     assert proc.stderr.startswith("Error: cannot reach the server:")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_enqueue_idempotency_window(redis_url: str, r: redis.Redis) -> None:
+    args = ["enqueue", "billing", "invoice", "--idempotency-key", "inv-2026-11", "--url", redis_url]
+    first = run_corral(*args, "--idempotency-window", "3600")
+    second = run_corral(*args)
+    assert (first.returncode, second.returncode) == (0, 0)
+    assert first.stdout == second.stdout == "1\n"
+    assert r.llen("bull:billing:wait") == 1
+    assert 0 < r.pttl("bull:billing:x-idem:inv-2026-11") <= 3_600_000
+    bad = run_corral(*args[:-2], "--idempotency-window", "0", "--url", redis_url)
+    assert bad.returncode == 1 and "idempotency_window must be more than 0" in bad.stderr

@@ -18,6 +18,12 @@ EXPECTED = {
         "job 1 returned {'status': 'sent', 'to': 'ada@example.com'}",
     ],
     "sync_producer.py": ["same job: True", "counts: {'waiting': 1}"],
+    "dedup.py": [
+        "simple: True",
+        "debounced to: {'n': 2}",
+        "idempotent: True {'charged': 1250}",
+        "job still stored: False",
+    ],
     "events_listener.py": [
         "result: HELLO",
         "failure: nothing to translate",
