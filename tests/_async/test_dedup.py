@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -11,17 +10,7 @@ import redis
 from corral import AsyncJob, AsyncQueue, InvalidOptionError, _scripts
 from corral.clock import now_ms
 from corral.dedup import Dedup
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[AsyncQueue]:
-    q = AsyncQueue("q", connection=redis_url)
-    yield q
-    await q.close()
-
-
-def events(r: redis.Redis) -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange("bull:q:events", "-", "+")]
+from tests._async.support import events
 
 
 async def take(queue: AsyncQueue, metrics: int = 0) -> AsyncJob:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -29,33 +28,9 @@ from corral import (
     ParentNotFoundError,
     _scripts,
 )
+from tests._async.support import events
 
 T = 1_700_000_000_000
-
-
-@pytest.fixture
-async def flows(redis_url: str) -> AsyncIterator[AsyncFlowProducer]:
-    producer = AsyncFlowProducer(connection=redis_url)
-    yield producer
-    await producer.close()
-
-
-@pytest.fixture
-async def pq(redis_url: str) -> AsyncIterator[AsyncQueue]:
-    q = AsyncQueue("pq", connection=redis_url)
-    yield q
-    await q.close()
-
-
-@pytest.fixture
-async def cq(redis_url: str) -> AsyncIterator[AsyncQueue]:
-    q = AsyncQueue("cq", connection=redis_url)
-    yield q
-    await q.close()
-
-
-def events(r: redis.Redis, queue: str) -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange(f"bull:{queue}:events", "-", "+")]
 
 
 def snapshot(r: redis.Redis) -> dict[str, Any]:

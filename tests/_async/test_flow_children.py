@@ -11,8 +11,6 @@ the parent keeps waiting.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import redis
 
@@ -28,6 +26,7 @@ from corral import (
     _scripts,
     clock,
 )
+from tests._async.support import events
 
 T = 1_700_000_000_000
 
@@ -37,31 +36,6 @@ def frozen(monkeypatch: pytest.MonkeyPatch) -> int:
     """Scripts that take the time get ``T`` (the jobs' timestamps stay real)."""
     monkeypatch.setattr(clock, "now_ms", lambda: T)
     return T
-
-
-@pytest.fixture
-async def flows(redis_url: str) -> AsyncIterator[AsyncFlowProducer]:
-    producer = AsyncFlowProducer(connection=redis_url)
-    yield producer
-    await producer.close()
-
-
-@pytest.fixture
-async def pq(redis_url: str) -> AsyncIterator[AsyncQueue]:
-    q = AsyncQueue("pq", connection=redis_url)
-    yield q
-    await q.close()
-
-
-@pytest.fixture
-async def cq(redis_url: str) -> AsyncIterator[AsyncQueue]:
-    q = AsyncQueue("cq", connection=redis_url)
-    yield q
-    await q.close()
-
-
-def events(r: redis.Redis, queue: str) -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange(f"bull:{queue}:events", "-", "+")]
 
 
 async def take(queue: AsyncQueue, count: int = 10) -> dict[str, AsyncJob]:

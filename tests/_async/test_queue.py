@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 import redis
 
 from corral import AsyncQueue, InvalidOptionError
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[AsyncQueue]:
-    q = AsyncQueue("q", connection=redis_url)
-    yield q
-    await q.close()
-
-
-def events(r: redis.Redis) -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange("bull:q:events", "-", "+")]
+from tests._async.support import events
 
 
 async def test_add_writes_the_bullmq_job_hash(queue: AsyncQueue, r: redis.Redis) -> None:

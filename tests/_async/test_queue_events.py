@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -30,13 +29,6 @@ from corral.events import (
     Stalled,
     Waiting,
 )
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[AsyncQueue]:
-    q = AsyncQueue("q", connection=redis_url)
-    yield q
-    await q.close()
 
 
 async def drain_events(events: AsyncQueueEvents, limit: int = 10_000) -> list[QueueEvent]:

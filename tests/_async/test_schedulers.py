@@ -4,7 +4,6 @@ get/list/count/remove, next iterations, limit and end_date, and refused input.""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -14,17 +13,7 @@ import redis
 from corral import AsyncQueue, InvalidOptionError, JobStateError, _scripts, clock
 from corral._async.queue_schedulers import schedule_next_iteration
 from corral.schedule import cron_next
-
-
-@pytest.fixture
-async def queue(redis_url: str) -> AsyncIterator[AsyncQueue]:
-    q = AsyncQueue("q", connection=redis_url)
-    yield q
-    await q.close()
-
-
-def events(r: redis.Redis) -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange("bull:q:events", "-", "+")]
+from tests._async.support import events
 
 
 def job_hash(r: redis.Redis, job_id: str) -> dict[str, Any]:

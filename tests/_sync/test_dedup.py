@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -12,17 +11,7 @@ import redis
 from corral import Job, Queue, InvalidOptionError, _scripts
 from corral.clock import now_ms
 from corral.dedup import Dedup
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("q", connection=redis_url)
-    yield q
-    q.close()
-
-
-def events(r: redis.Redis) -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange("bull:q:events", "-", "+")]
+from tests._sync.support import events
 
 
 def take(queue: Queue, metrics: int = 0) -> Job:

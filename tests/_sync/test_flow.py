@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,33 +29,9 @@ from corral import (
     ParentNotFoundError,
     _scripts,
 )
+from tests._sync.support import events
 
 T = 1_700_000_000_000
-
-
-@pytest.fixture
-def flows(redis_url: str) -> Iterator[FlowProducer]:
-    producer = FlowProducer(connection=redis_url)
-    yield producer
-    producer.close()
-
-
-@pytest.fixture
-def pq(redis_url: str) -> Iterator[Queue]:
-    q = Queue("pq", connection=redis_url)
-    yield q
-    q.close()
-
-
-@pytest.fixture
-def cq(redis_url: str) -> Iterator[Queue]:
-    q = Queue("cq", connection=redis_url)
-    yield q
-    q.close()
-
-
-def events(r: redis.Redis, queue: str) -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange(f"bull:{queue}:events", "-", "+")]
 
 
 def snapshot(r: redis.Redis) -> dict[str, Any]:

@@ -12,8 +12,6 @@ the parent keeps waiting.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
@@ -29,6 +27,7 @@ from corral import (
     _scripts,
     clock,
 )
+from tests._sync.support import events
 
 T = 1_700_000_000_000
 
@@ -38,31 +37,6 @@ def frozen(monkeypatch: pytest.MonkeyPatch) -> int:
     """Scripts that take the time get ``T`` (the jobs' timestamps stay real)."""
     monkeypatch.setattr(clock, "now_ms", lambda: T)
     return T
-
-
-@pytest.fixture
-def flows(redis_url: str) -> Iterator[FlowProducer]:
-    producer = FlowProducer(connection=redis_url)
-    yield producer
-    producer.close()
-
-
-@pytest.fixture
-def pq(redis_url: str) -> Iterator[Queue]:
-    q = Queue("pq", connection=redis_url)
-    yield q
-    q.close()
-
-
-@pytest.fixture
-def cq(redis_url: str) -> Iterator[Queue]:
-    q = Queue("cq", connection=redis_url)
-    yield q
-    q.close()
-
-
-def events(r: redis.Redis, queue: str) -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange(f"bull:{queue}:events", "-", "+")]
 
 
 def take(queue: Queue, count: int = 10) -> dict[str, Job]:

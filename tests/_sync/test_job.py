@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -24,16 +23,10 @@ from corral import (
     _scripts,
     clock,
 )
+from tests._sync.support import events, snapshot
 
 T = 1_700_000_000_000  # a fixed "now" (epoch ms) for the scripts that take the time
 P32 = 2**32
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("q", connection=redis_url)
-    yield q
-    q.close()
 
 
 @pytest.fixture
@@ -41,30 +34,6 @@ def frozen(monkeypatch: pytest.MonkeyPatch) -> int:
     """Freeze the clock the job methods read at ``T``."""
     monkeypatch.setattr(clock, "now_ms", lambda: T)
     return T
-
-
-def events(r: redis.Redis, queue: str = "q") -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange(f"bull:{queue}:events", "-", "+")]
-
-
-def snapshot(r: redis.Redis) -> dict[str, Any]:
-    """Every key with its type and content, to show that a refused call wrote nothing."""
-    out: dict[Any, Any] = {}
-    for key in sorted(r.keys("*")):
-        kind = r.type(key)
-        if kind == "hash":
-            out[key] = r.hgetall(key)
-        elif kind == "list":
-            out[key] = r.lrange(key, 0, -1)
-        elif kind == "set":
-            out[key] = sorted(r.smembers(key))
-        elif kind == "zset":
-            out[key] = r.zrange(key, 0, -1, withscores=True)
-        elif kind == "stream":
-            out[key] = r.xrange(key, "-", "+")
-        else:
-            out[key] = r.get(key)
-    return out
 
 
 def activate(queue: Queue) -> Job:

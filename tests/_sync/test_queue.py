@@ -3,23 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
 from corral import Queue, InvalidOptionError
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("q", connection=redis_url)
-    yield q
-    q.close()
-
-
-def events(r: redis.Redis) -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange("bull:q:events", "-", "+")]
+from tests._sync.support import events
 
 
 def test_add_writes_the_bullmq_job_hash(queue: Queue, r: redis.Redis) -> None:

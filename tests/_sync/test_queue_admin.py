@@ -5,7 +5,7 @@ listings, counts, workers, meta settings and limits, with the keys BullMQ 6.7.0 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -13,39 +13,9 @@ import pytest
 import redis
 
 from corral import Job, Queue, InvalidOptionError, QueueBusyError, _scripts, clock
+from tests._sync.support import events, snapshot
 
 P32 = 2**32
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("q", connection=redis_url)
-    yield q
-    q.close()
-
-
-def events(r: redis.Redis, queue: str = "q") -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange(f"bull:{queue}:events", "-", "+")]
-
-
-def snapshot(r: redis.Redis) -> dict[str, Any]:
-    """Every key with its content, to show that a refused call wrote nothing."""
-    out: dict[Any, Any] = {}
-    for key in sorted(r.keys("*")):
-        kind = r.type(key)
-        if kind == "hash":
-            out[key] = r.hgetall(key)
-        elif kind == "list":
-            out[key] = r.lrange(key, 0, -1)
-        elif kind == "set":
-            out[key] = sorted(r.smembers(key))
-        elif kind == "zset":
-            out[key] = r.zrange(key, 0, -1, withscores=True)
-        elif kind == "stream":
-            out[key] = r.xrange(key, "-", "+")
-        else:
-            out[key] = r.get(key)
-    return out
 
 
 def job_hashes(r: redis.Redis, queue: str = "q") -> list[str]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,13 +30,6 @@ from corral.events import (
     Stalled,
     Waiting,
 )
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("q", connection=redis_url)
-    yield q
-    q.close()
 
 
 def drain_events(events: QueueEvents, limit: int = 10_000) -> list[QueueEvent]:

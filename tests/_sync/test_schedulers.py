@@ -5,7 +5,6 @@ get/list/count/remove, next iterations, limit and end_date, and refused input.""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -15,17 +14,7 @@ import redis
 from corral import Queue, InvalidOptionError, JobStateError, _scripts, clock
 from corral._sync.queue_schedulers import schedule_next_iteration
 from corral.schedule import cron_next
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[Queue]:
-    q = Queue("q", connection=redis_url)
-    yield q
-    q.close()
-
-
-def events(r: redis.Redis) -> list[dict[str, str]]:
-    return [fields for _, fields in r.xrange("bull:q:events", "-", "+")]
+from tests._sync.support import events
 
 
 def job_hash(r: redis.Redis, job_id: str) -> dict[str, Any]:
