@@ -259,7 +259,8 @@ class Worker:
 
     async def _open(self) -> AsyncQueue:
         if self._queue is None:
-            client = open_client(self._connection)
+            # A connection for every slot, and a few for the lock manager and stall checks.
+            client = open_client(self._connection, max_connections=self._concurrency + 8)
             await check_server(client, strict=self._strict, owned=client is not self._connection)
             self._queue = AsyncQueue(self.queue_name, connection=client, prefix=self.prefix)
         return self._queue

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import NoScriptError, WatchError
 
 from corral import connection
@@ -13,13 +13,30 @@ from corral._scripts import Script
 from corral.errors import ConfigurationError
 
 
-def open_client(conn: str | Redis | None) -> Redis:
-    """A client for ``conn``: a given client is used as is; a URL or ``None`` is resolved."""
+#: Connections a client opened from a URL keeps at most; callers that wait for more (many
+#: concurrent adds, a worker's slots) queue for a free one instead of failing.
+DEFAULT_MAX_CONNECTIONS = 64
+
+
+def open_client(
+    conn: str | Redis | None, *, max_connections: int = DEFAULT_MAX_CONNECTIONS
+) -> Redis:
+    """A client for ``conn``: a given client is used as is; a URL or ``None`` is resolved.
+
+    redis-py's default pool refuses a command when all its connections are busy ("Too many
+    connections"); a blocking pool makes it wait for one, which is what a queue wants.
+    """
     if isinstance(conn, Redis):
         if not conn.connection_pool.connection_kwargs.get("decode_responses"):
             raise ConfigurationError("pass a client created with decode_responses=True")
         return conn
-    return Redis.from_url(connection.resolve_url(conn), decode_responses=True)
+    pool = BlockingConnectionPool.from_url(
+        connection.resolve_url(conn),
+        decode_responses=True,
+        max_connections=max_connections,
+        timeout=None,
+    )
+    return Redis.from_pool(pool)
 
 
 async def check_server(client: Redis, *, strict: bool = False, owned: bool = True) -> None:
