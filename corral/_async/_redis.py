@@ -12,7 +12,6 @@ from corral import connection
 from corral._scripts import Script
 from corral.errors import ConfigurationError
 
-
 #: Connections a client opened from a URL keeps at most; callers that wait for more (many
 #: concurrent adds, a worker's slots) queue for a free one instead of failing.
 DEFAULT_MAX_CONNECTIONS = 64
