@@ -56,6 +56,7 @@ MOVE_TO_ACTIVE = load("move_to_active")
 MOVE_TO_FINISHED = load("move_to_finished")
 EXTEND_LOCKS = load("extend_locks")
 CHECK_STALLED = load("check_stalled")
+FINISH_JOBS = load("finish_jobs")
 
 
 @dataclass(frozen=True, slots=True)

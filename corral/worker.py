@@ -26,11 +26,12 @@ from typing import Any
 import redis
 from redis.asyncio import Redis
 
-from corral import _codec, _scripts, _twins, _upkeep, options
+from corral import _scripts, _twins, _upkeep, options
 from corral._async._redis import check_server, open_client
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
 from corral._async.queue_schedulers import schedule_next_iteration
+from corral._finisher import Finisher
 from corral._keys import DEFAULT_PREFIX
 from corral._listeners import Callback, Listeners
 from corral._sync.job import Job
@@ -43,6 +44,7 @@ from corral.errors import (
     RateLimitError,
     WaitingChildrenError,
     WaitingError,
+    script_error,
 )
 from corral.options import Duration
 from corral.retry import BackoffStrategy, RetryPolicy
@@ -65,6 +67,8 @@ EVENTS = {
 }
 
 _NETWORK_ERRORS = _upkeep.NETWORK_ERRORS
+#: Marks a finish that is not a completion (no return value to report).
+_FAILED: Any = object()
 #: Reconnect waits grow from 50 ms and stop growing at 1 s, so a returning server is used
 #: within about a second and a dead one costs a log line a second, never a busy loop.
 _RECONNECT_BASE_S = 0.05
@@ -165,6 +169,7 @@ class Worker:
         self._blocking: Redis | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._block_task: asyncio.Task[Any] | None = None
+        self._finisher: Finisher | None = None
         self._drained = True
 
     # -- settings and events -------------------------------------------------------------
@@ -273,6 +278,7 @@ class Worker:
         self._running = True
         try:
             queue = await self._open()
+            self._finisher = Finisher(queue, self._fetch)
             client = await queue.client()
             # The blocking connection reads longer than BZPOPMIN waits, and carries BullMQ's
             # client name so that Queue.get_workers() (and Node's getWorkers) list this worker.
@@ -501,7 +507,7 @@ class Worker:
                 if job.repeat_job_key:  # a scheduler's iteration: create the next one now
                     await schedule_next_iteration(job.queue, job)
                 result = await self._call_processor(job)
-                _codec.dumps(result)
+                job.completion(result)  # refuses a return value JSON cannot carry
             except TypeError as exc:
                 if "JSON" not in str(exc) and "serializ" not in str(exc):
                     raise
@@ -519,22 +525,33 @@ class Worker:
             return None
         except Exception as exc:
             await self._emit("failed", job, exc)
-            fetched = await self._safely(
-                job, job.move_to_failed(exc, token, policy=self._policy, fetch=self._fetch(want))
-            )
-            return self._next(job, fetched)
-        fetched = await self._safely(
-            job, job.move_to_completed(result, token, fetch=self._fetch(want))
-        )
-        if fetched is not None:
-            await self._emit("completed", job, result)
-        return self._next(job, fetched)
+            return await self._finish(job, job.failure(exc, token, self._policy), want)
+        return await self._finish(job, job.completion(result, token), want, result=result)
 
-    def _next(self, job: AsyncJob, fetched: list[_scripts.Fetched] | None) -> AsyncJob | None:
+    async def _finish(
+        self, job: AsyncJob, values: list[Any], want: int, *, result: Any = _FAILED
+    ) -> AsyncJob | None:
+        """Finish ``job`` through the batching finisher; return the slot's next job."""
         self._held.pop(job.id, None)
-        if not fetched:
+        assert self._finisher is not None
+        try:
+            code, fetched = await self._finisher.finish(values, wants_next=want > 0)
+        except _NETWORK_ERRORS as exc:
+            # The job stays active with its lock: when that expires, the stalled check puts
+            # it back in wait, so nothing is lost. The fetch loop reconnects.
+            logger.warning("worker %s: could not finish job %s: %s", self.queue_name, job.id, exc)
+            await self._emit("error", exc)
             return None
-        return self._bind_all(fetched)[0]
+        if code < 0:
+            err = script_error(code, queue=self.queue_name, job_id=job.id)
+            logger.warning("worker %s: job %s not finished: %s", self.queue_name, job.id, err)
+            await self._emit("lock_lost", job.id)
+        else:
+            job.attempts_made = code
+            if result is not _FAILED:
+                job.returnvalue = result
+                await self._emit("completed", job, result)
+        return self._bind_all([fetched])[0] if fetched is not None else None
 
     async def _safely(self, job: AsyncJob, step: Awaitable[Any]) -> Any:
         """Run a finishing step; a lost lock or a dropped connection is reported, not raised.

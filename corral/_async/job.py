@@ -52,6 +52,34 @@ class AsyncJob(JobRecord, AsyncJobFlowMixin):
 
     # -- finishing an attempt (used by Worker; public for manual processing) ---------------
 
+    def completion(self, return_value: Any = None, token: str | None = None) -> list[Any]:
+        """The values that finish this attempt as completed (finish_jobs.lua's per-job
+        ARGV); see :meth:`move_to_completed`.
+
+        Raises:
+            TypeError: the return value is not JSON serializable.
+        """
+        keep, max_age = retention_limits(self.opts.get("removeOnComplete"))
+        value = _codec.dumps(return_value)
+        return [self.id, self._token(token), "completed", value, "", keep, max_age, 0]
+
+    def failure(
+        self, error: BaseException, token: str | None = None, policy: RetryPolicy = _DEFAULT_POLICY
+    ) -> list[Any]:
+        """The values that finish this attempt as failed: retried (after its backoff) while
+        attempts are left, else failed for good; see :meth:`move_to_failed`."""
+        reason = str(error) or type(error).__name__
+        limit = int(self.opts.get("stackTraceLimit", DEFAULT_STACKTRACE_LIMIT))
+        stack = [*self.stacktrace, "".join(traceback.format_exception(error))]
+        stacktrace = _codec.dumps(stack[-limit:] if limit > 0 else [])
+        delay = policy.retry_delay(self, error)
+        if delay is None:
+            outcome, retention, delay = "failed", self.opts.get("removeOnFail"), 0
+        else:
+            outcome, retention = "retry", None
+        keep, max_age = retention_limits(retention)
+        return [self.id, self._token(token), outcome, reason, stacktrace, keep, max_age, delay]
+
     async def move_to_completed(
         self,
         return_value: Any = None,
@@ -65,10 +93,7 @@ class AsyncJob(JobRecord, AsyncJobFlowMixin):
             TypeError: the return value is not JSON serializable (the job is untouched).
             JobError: the lock is lost or the job is not active (nothing was written).
         """
-        encoded = _codec.dumps(return_value)
-        fetched = await self._finish(
-            "completed", encoded, "", self.opts.get("removeOnComplete"), 0, token, fetch
-        )
+        fetched = await self._finish(self.completion(return_value, token), fetch)
         self.returnvalue = return_value
         return fetched
 
@@ -85,45 +110,26 @@ class AsyncJob(JobRecord, AsyncJobFlowMixin):
         Raises:
             JobError: the lock is lost or the job is not active (nothing was written).
         """
-        reason = str(error) or type(error).__name__
-        limit = int(self.opts.get("stackTraceLimit", DEFAULT_STACKTRACE_LIMIT))
-        stack = [*self.stacktrace, "".join(traceback.format_exception(error))]
-        stacktrace = _codec.dumps(stack[-limit:] if limit > 0 else [])
-        delay = policy.retry_delay(self, error)
-        if delay is None:
-            outcome, retention, delay = "failed", self.opts.get("removeOnFail"), 0
-        else:
-            outcome, retention = "retry", None
-        fetched = await self._finish(outcome, reason, stacktrace, retention, delay, token, fetch)
-        self.failed_reason = reason
+        values = self.failure(error, token, policy)
+        fetched = await self._finish(values, fetch)
+        self.failed_reason = values[3]
         return fetched
 
-    async def _finish(
-        self,
-        outcome: str,
-        value: str,
-        stacktrace: str,
-        retention: Any,
-        retry_delay: int,
-        token: str | None,
-        fetch: _scripts.FetchNext,
-    ) -> list[_scripts.Fetched]:
-        from corral.clock import now_ms
-
-        keep, max_age = retention_limits(retention)
+    async def _finish(self, values: list[Any], fetch: _scripts.FetchNext) -> list[_scripts.Fetched]:
+        job_id, token, outcome, value, stacktrace, keep, max_age, delay = values
         reply = await self.queue._run(
             _scripts.MOVE_TO_FINISHED,
             [
                 self.queue._job_prefix,
-                self.id,
-                self._token(token),
-                now_ms(),
+                job_id,
+                token,
+                clock.now_ms(),
                 outcome,
                 value,
                 stacktrace,
                 keep,
                 max_age,
-                retry_delay,
+                delay,
                 *fetch.args(),
             ],
         )

@@ -35,83 +35,15 @@
 -- @include parent
 -- @include dedup
 -- @include fetch
+-- @include finish
 
 local prefix = ARGV[1]
-local job_id = ARGV[2]
-local job_key = prefix .. job_id
 local now = tonumber(ARGV[4])
-local outcome = ARGV[5]
-
-if rcall("EXISTS", job_key) == 0 then
-  return {-1}
-end
-local lock_key = job_key .. ":lock"
-if ARGV[3] ~= "0" then
-  -- The token check is what stops a worker that lost its lock from overwriting the job.
-  local holder = rcall("GET", lock_key)
-  if not holder then
-    return {-2}
-  end
-  if holder ~= ARGV[3] then
-    return {-6}
-  end
-end
-if rcall("LREM", K_ACTIVE, -1, job_id) == 0 then
-  return {-3}
-end
-rcall("DEL", lock_key)
-rcall("SREM", K_STALLED, job_id)
-
 local max_len = events_max_len()
-local attempts_made = rcall("HINCRBY", job_key, "atm", 1)
-
-local parent_key = rcall("HGET", job_key, "parentKey")
-
-local metrics_points = tonumber(ARGV[19]) or 0
-if outcome == "completed" then
-  rcall("HSET", job_key, "returnvalue", ARGV[6], "finishedOn", now)
-  rcall("ZADD", K_COMPLETED, now, job_id)
-  if parent_key then
-    child_completed(job_key, parent_key, ARGV[6], now)
-  end
-  release_dedup(prefix, job_key, job_id, now, max_len)
-  record_outcome(prefix, job_key, "completed", ARGV[6], now)
-  if metrics_points > 0 then
-    record_metrics(prefix, "completed", now, metrics_points)
-  end
-  emit(max_len, "completed", "jobId", job_id, "returnvalue", ARGV[6], "prev", "active")
-  apply_retention(K_COMPLETED, prefix, job_id, tonumber(ARGV[8]), tonumber(ARGV[9]), now)
-elseif outcome == "failed" then
-  rcall("HSET", job_key, "failedReason", ARGV[6], "finishedOn", now)
-  if ARGV[7] ~= "" then
-    rcall("HSET", job_key, "stacktrace", ARGV[7])
-  end
-  rcall("HDEL", job_key, "defa")
-  rcall("ZADD", K_FAILED, now, job_id)
-  if parent_key then
-    child_failed(job_key, parent_key, ARGV[6], now)
-  end
-  release_dedup(prefix, job_key, job_id, now, max_len)
-  record_outcome(prefix, job_key, "failed", ARGV[6], now)
-  if metrics_points > 0 then
-    record_metrics(prefix, "failed", now, metrics_points)
-  end
-  emit(max_len, "failed", "jobId", job_id, "failedReason", ARGV[6], "prev", "active")
-  emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts_made)
-  apply_retention(K_FAILED, prefix, job_id, tonumber(ARGV[8]), tonumber(ARGV[9]), now)
-else
-  rcall("HSET", job_key, "failedReason", ARGV[6])
-  if ARGV[7] ~= "" then
-    rcall("HSET", job_key, "stacktrace", ARGV[7])
-  end
-  local retry_delay = tonumber(ARGV[10])
-  if retry_delay > 0 then
-    rcall("HSET", job_key, "delay", retry_delay)
-    schedule_delayed(job_id, now + retry_delay, max_len)
-  else
-    local priority = tonumber(rcall("HGET", job_key, "priority")) or 0
-    make_ready(job_id, priority, false, max_len, "active")
-  end
+local attempts_made = finish_job(prefix, ARGV[2], ARGV[3], now, ARGV[5], ARGV[6], ARGV[7],
+  tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[19]) or 0, max_len)
+if attempts_made < 0 then
+  return {attempts_made}
 end
 
 local out = {0, attempts_made, 0, 0}
