@@ -52,6 +52,7 @@ def load(name: str) -> Script:
 
 
 ADD_JOB = load("add_job")
+ADD_JOBS = load("add_jobs")
 MOVE_TO_ACTIVE = load("move_to_active")
 MOVE_TO_FINISHED = load("move_to_finished")
 EXTEND_LOCKS = load("extend_locks")

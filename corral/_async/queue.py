@@ -9,7 +9,6 @@ from redis.asyncio import Redis
 from typing_extensions import Unpack
 
 from corral import _codec, _scripts, options
-from corral._async._redis import run_atomically
 from corral._async.job import AsyncJob
 from corral._async.queue_schedulers import AsyncQueueSchedulers
 from corral._keys import DEFAULT_PREFIX
@@ -203,14 +202,12 @@ class AsyncQueue(AsyncQueueSchedulers):
                 raise InvalidOptionError(f"add_bulk item {index}: {exc}") from None
         if not prepared:
             return []
-        replies, missing = await run_atomically(
-            await self.client(),
-            _scripts.ADD_JOB,
-            [(self._script_keys, args) for args in prepared],
-            must_exist=external_parents(prepared),
-        )
-        if missing is not None:
-            raise missing_parent(missing)
+        flat: list[Any] = [self._job_prefix, len(prepared)]
+        for args in prepared:
+            flat += args[1:]  # everything but the prefix, which the call gives once
+        replies = await self._run(_scripts.ADD_JOBS, flat)
+        if replies and replies[0] == -7:
+            raise missing_parent(_codec.text(replies[1]))
         return [
             await self._result(args, reply) for args, reply in zip(prepared, replies, strict=True)
         ]

@@ -204,14 +204,12 @@ class Queue(QueueSchedulers):
                 raise InvalidOptionError(f"add_bulk item {index}: {exc}") from None
         if not prepared:
             return []
-        replies, missing = run_atomically(
-            self.client(),
-            _scripts.ADD_JOB,
-            [(self._script_keys, args) for args in prepared],
-            must_exist=external_parents(prepared),
-        )
-        if missing is not None:
-            raise missing_parent(missing)
+        flat: list[Any] = [self._job_prefix, len(prepared)]
+        for args in prepared:
+            flat += args[1:]  # everything but the prefix, which the call gives once
+        replies = self._run(_scripts.ADD_JOBS, flat)
+        if replies and replies[0] == -7:
+            raise missing_parent(_codec.text(replies[1]))
         return [
             self._result(args, reply) for args, reply in zip(prepared, replies, strict=True)
         ]
