@@ -19,6 +19,9 @@ from corral.clock import now_ms
 
 #: Jobs per call at most: bounds the script's run time (and so the server's pause).
 MAX_BATCH = 64
+#: Calls in flight at once: while the server runs one batch, the worker prepares the next,
+#: so neither waits for the other (one call at a time leaves each idle half the time).
+MAX_IN_FLIGHT = 2
 
 
 @dataclass(slots=True)
@@ -40,7 +43,8 @@ class Finisher:
         self._queue = queue
         self._fetch = fetch
         self._pending: list[_Finish] = []
-        self._draining: asyncio.Task[None] | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._kick_scheduled = False
 
     async def finish(
         self, values: list[Any], *, wants_next: bool
@@ -58,25 +62,36 @@ class Finisher:
             asyncio.get_running_loop().create_future()
         )
         self._pending.append(_Finish(values, wants_next, done))
-        if self._draining is None:
-            self._draining = asyncio.create_task(self._drain())
+        self._schedule_kick()
         return await done
 
-    async def _drain(self) -> None:
+    def _schedule_kick(self) -> None:
+        # On the next loop turn, so that the slots finishing in this one share the call.
+        if not self._kick_scheduled and self._pending and len(self._in_flight) < MAX_IN_FLIGHT:
+            self._kick_scheduled = True
+            asyncio.get_running_loop().call_soon(self._kick)
+
+    def _kick(self) -> None:
+        self._kick_scheduled = False
+        while self._pending and len(self._in_flight) < MAX_IN_FLIGHT:
+            batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            task = asyncio.create_task(self._run(batch))
+            self._in_flight.add(task)
+            task.add_done_callback(self._call_done)
+
+    def _call_done(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._schedule_kick()
+
+    async def _run(self, batch: list[_Finish]) -> None:
         try:
-            while self._pending:
-                await asyncio.sleep(0)  # let the slots that finish in this loop turn join in
-                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-                try:
-                    await self._call(batch)
-                except BaseException as exc:
-                    for item in batch:
-                        if not item.done.done():
-                            item.done.set_exception(exc)
-                    if isinstance(exc, asyncio.CancelledError):
-                        raise
-        finally:
-            self._draining = None
+            await self._call(batch)
+        except BaseException as exc:
+            for item in batch:
+                if not item.done.done():
+                    item.done.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
 
     async def _call(self, batch: list[_Finish]) -> None:
         wanted = sum(item.wants_next for item in batch)

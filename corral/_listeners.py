@@ -39,6 +39,10 @@ class Listeners:
 
         return register if callback is None else register(callback)
 
+    def __contains__(self, event: str) -> bool:
+        """Whether any callback listens to ``event``."""
+        return event in self._callbacks
+
     async def emit(self, event: str, *args: Any) -> None:
         for fn in self._callbacks.get(event, ()):
             try:

@@ -201,7 +201,8 @@ class Worker:
         return self._listeners.on(event, callback)
 
     async def _emit(self, event: str, *args: Any) -> None:
-        await self._listeners.emit(event, *args)
+        if event in self._listeners:  # most workers listen to nothing: skip the coroutine
+            await self._listeners.emit(event, *args)
 
     # -- running -------------------------------------------------------------------------
 
