@@ -1,0 +1,79 @@
+"""``python -m bench.worker --mode drain|latency --concurrency C [--count N]``: a corral Worker
+on queue "bench" (default options but concurrency), in its own process.
+
+The twin of bench/node/worker.mjs (same protocol and output): prints READY once connected,
+starts on a GO line from stdin, then
+
+- drain: no-op ``async def`` processor; closes on a STOP line (or EOF); stdout ``{"ok": true}``;
+- latency: the processor records ``now - job.data["t"]`` in ms; once N jobs were seen it
+  closes; stdout ``{"latencies_ms": [...]}``.
+
+With env ``BENCH_CPROFILE=path`` the run (GO to close) is profiled with cProfile into ``path``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+import corral
+from bench.common import QUEUE, connect, parser, wall_ms
+from corral import Worker
+
+
+async def _line() -> str:
+    return (await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)).strip()
+
+
+async def main() -> None:
+    a = parser(__doc__ or "").parse_args()
+    latencies: list[float] = []
+    done = asyncio.Event()
+
+    async def noop(job: Any) -> None:
+        return None
+
+    async def record(job: Any) -> None:
+        latencies.append(wall_ms() - job.data["t"])
+        if len(latencies) >= a.count:
+            done.set()
+
+    if a.mode not in ("drain", "latency"):
+        raise SystemExit(f"unknown mode {a.mode}")
+    client = await connect(a.max_connections)
+    worker = Worker(
+        QUEUE, noop if a.mode == "drain" else record, connection=client, concurrency=a.concurrency
+    )
+    await worker._open()  # connect and check the server now, as Node's waitUntilReady() does
+    print("READY", flush=True)
+    go = await _line()
+    if go != "GO":
+        raise SystemExit(f"expected GO, got {go!r}")
+
+    profile = None
+    if os.environ.get("BENCH_CPROFILE"):
+        import cProfile
+
+        profile = cProfile.Profile()
+        profile.enable()
+    running = asyncio.create_task(worker.run_async())
+    if a.mode == "drain":
+        await _line()  # STOP or EOF
+    else:
+        await done.wait()
+    await worker.close()
+    await running
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(os.environ["BENCH_CPROFILE"])
+    await client.aclose()
+    out: dict[str, Any] = {"ok": True} if a.mode == "drain" else {"latencies_ms": latencies}
+    out["corral"] = corral.__file__  # the harness checks that its snapshot was measured
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
