@@ -27,8 +27,8 @@ demo: $(VENV)/.installed-demo
 	$(BIN)/corral demo
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check corral tests scripts docs/examples
-	$(BIN)/ruff format --check corral tests scripts docs/examples
+	$(BIN)/ruff check corral tests scripts docs/examples bench
+	$(BIN)/ruff format --check corral tests scripts docs/examples bench
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
