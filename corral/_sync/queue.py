@@ -10,7 +10,6 @@ from redis import Redis
 from typing_extensions import Unpack
 
 from corral import _codec, _scripts, options
-from corral._sync._redis import run_atomically
 from corral._sync.job import Job
 from corral._sync.queue_schedulers import QueueSchedulers
 from corral._keys import DEFAULT_PREFIX
