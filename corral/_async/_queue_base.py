@@ -7,7 +7,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from corral import options
-from corral._async._redis import check_server, open_client, run_script
+from corral._async._redis import ScriptCaller, check_server, open_client
 from corral._async.job import AsyncJob
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._scripts import Script
@@ -40,6 +40,8 @@ class AsyncQueueBase:
         self._connection = connection
         self._strict = strict
         self._client: Redis | None = None
+        self._caller: ScriptCaller | None = None
+        self._caller_client: Redis | None = None
 
     async def client(self) -> Redis:
         """The redis-py client, opened and checked on first use."""
@@ -51,7 +53,11 @@ class AsyncQueueBase:
 
     async def _run(self, script: Script, args: list[Any]) -> Any:
         """Run one of the queue's scripts with the queue's keys."""
-        return await run_script(await self.client(), script, self._script_keys, args)
+        client = await self.client()
+        if self._caller is None or self._caller_client is not client:
+            self._caller = ScriptCaller(client, self._script_keys)
+            self._caller_client = client
+        return await self._caller(script, args)
 
     def _bind(self, job_id: str, fields: dict[str, str], token: str | None = None) -> AsyncJob:
         job = AsyncJob.from_hash(self.name, job_id, fields, token=token)

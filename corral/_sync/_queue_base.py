@@ -8,7 +8,7 @@ from typing import Any
 from redis import Redis
 
 from corral import options
-from corral._sync._redis import check_server, open_client, run_script
+from corral._sync._redis import ScriptCaller, check_server, open_client
 from corral._sync.job import Job
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._scripts import Script
@@ -41,6 +41,8 @@ class QueueBase:
         self._connection = connection
         self._strict = strict
         self._client: Redis | None = None
+        self._caller: ScriptCaller | None = None
+        self._caller_client: Redis | None = None
 
     def client(self) -> Redis:
         """The redis-py client, opened and checked on first use."""
@@ -52,7 +54,11 @@ class QueueBase:
 
     def _run(self, script: Script, args: list[Any]) -> Any:
         """Run one of the queue's scripts with the queue's keys."""
-        return run_script(self.client(), script, self._script_keys, args)
+        client = self.client()
+        if self._caller is None or self._caller_client is not client:
+            self._caller = ScriptCaller(client, self._script_keys)
+            self._caller_client = client
+        return self._caller(script, args)
 
     def _bind(self, job_id: str, fields: dict[str, str], token: str | None = None) -> Job:
         job = Job.from_hash(self.name, job_id, fields, token=token)
