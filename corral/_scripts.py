@@ -113,6 +113,8 @@ def parse_fetched(raw: list[Any], start: int) -> list[Fetched]:
     jobs = []
     for i in range(start, len(raw), 3):
         flat = raw[i + 2]
-        fields = {text(flat[j]): text(flat[j + 1]) for j in range(0, len(flat), 2)}
+        if flat and isinstance(flat[0], bytes):
+            flat = [text(v) for v in flat]
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))  # HGETALL's flat pairs
         jobs.append(Fetched(text(raw[i]), text(raw[i + 1]), fields))
     return jobs
