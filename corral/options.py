@@ -289,7 +289,7 @@ class JobOptions:
                 hint = difflib.get_close_matches(unknown[0], OPTION_NAMES, n=1)
                 also = f" (did you mean {hint[0]!r}?)" if hint else ""
                 raise InvalidOptionError(f"unknown job option {unknown[0]!r}{also}")
-        for per_job in ("job_id", "parent", "deduplication", "idempotency_key"):
+        for per_job in ("job_id", "parent", "deduplication", "idempotency_key", "timestamp"):
             if per_job in (defaults or {}):
                 raise InvalidOptionError(
                     f"default_job_options cannot hold {per_job!r}: it belongs to one job"

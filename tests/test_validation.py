@@ -113,6 +113,8 @@ def test_add_bulk_is_all_or_nothing(queue: Queue, r: redis.Redis) -> None:
         ("ok", {"prefix": ""}, "prefix must be a non-empty string"),
         ("ok", {"default_job_options": {"attempts": 0}}, "attempts must be an integer >= 1"),
         ("ok", {"default_job_options": {"atempts": 2}}, "unknown job option 'atempts'"),
+        ("ok", {"default_job_options": {"job_id": "x"}}, "cannot hold 'job_id'"),
+        ("ok", {"default_job_options": {"timestamp": 1}}, "cannot hold 'timestamp'"),
     ],
 )
 def test_queue_construction_refuses(

@@ -73,8 +73,10 @@ class AsyncQueue(AsyncQueueSchedulers):
         super().__init__(name, connection=connection, prefix=prefix, strict=strict)
         self.backoff_types = frozenset(backoff_types)
         self.default_job_options: JobOptionsDict = dict(default_job_options or {})  # type: ignore[assignment]
-        # Checked now, so a bad default fails at construction rather than at the first add.
-        JobOptions.build(self.default_job_options, backoff_types=self.backoff_types)
+        # Checked now, so a bad default fails at construction rather than at the first add;
+        # kept, with its opts JSON, for the common add that gives no options of its own.
+        self._plain = JobOptions.build(self.default_job_options, backoff_types=self.backoff_types)
+        self._plain_opts_json = _codec.dumps(self._plain.to_opts(0))
 
     def _prepare(
         self,
@@ -91,9 +93,12 @@ class AsyncQueue(AsyncQueueSchedulers):
         ``wait_children`` parks the job in waiting-children (a flow parent).
         """
         options.check_name("job name", name)
-        opts = JobOptions.build(
-            given, defaults=self.default_job_options, backoff_types=self.backoff_types
-        )
+        if given:
+            opts = JobOptions.build(
+                given, defaults=self.default_job_options, backoff_types=self.backoff_types
+            )
+        else:
+            opts = self._plain
         encoded = _codec.encode_data(data)
         opts.check_size(encoded)
         ts = opts.timestamp if opts.timestamp is not None else now_ms()
@@ -103,7 +108,7 @@ class AsyncQueue(AsyncQueueSchedulers):
             opts.job_id or job_id or "",
             name,
             encoded,
-            _codec.dumps(opts.to_opts(ts)),
+            self._plain_opts_json if opts is self._plain else _codec.dumps(opts.to_opts(ts)),
             ts,
             opts.delay_ms,
             opts.priority,
