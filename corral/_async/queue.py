@@ -75,7 +75,9 @@ class AsyncQueue(AsyncQueueSchedulers):
         self.default_job_options: JobOptionsDict = dict(default_job_options or {})  # type: ignore[assignment]
         # Checked now, so a bad default fails at construction rather than at the first add;
         # kept, with its opts JSON, for the common add that gives no options of its own.
-        self._plain = JobOptions.build(self.default_job_options, backoff_types=self.backoff_types)
+        self._plain = JobOptions.build(
+            {}, defaults=self.default_job_options, backoff_types=self.backoff_types
+        )
         self._plain_opts_json = _codec.dumps(self._plain.to_opts(0))
 
     def _prepare(
