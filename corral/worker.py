@@ -328,6 +328,7 @@ class Worker:
                 _twins.close_sync(self._sync_queue._connection)
             self._sync_queue = None
         if self._queue is not None:
+            self._queue._close_caller()
             client = self._queue._client
             if client is not None and client is not self._connection:
                 await client.aclose()

@@ -55,6 +55,8 @@ class AsyncQueueBase:
         """Run one of the queue's scripts with the queue's keys."""
         client = await self.client()
         if self._caller is None or self._caller_client is not client:
+            if self._caller is not None:
+                self._caller.close()
             self._caller = ScriptCaller(client, self._script_keys)
             self._caller_client = client
         return await self._caller(script, args)
@@ -72,8 +74,14 @@ class AsyncQueueBase:
             return None
         return self._bind(job_id, fields)
 
+    def _close_caller(self) -> None:
+        if self._caller is not None:
+            self._caller.close()
+            self._caller = self._caller_client = None
+
     async def close(self) -> None:
         """Close the client, unless it was given by the caller."""
+        self._close_caller()
         if self._client is not None and self._client is not self._connection:
             await self._client.aclose()
         self._client = None

@@ -240,6 +240,8 @@ class AsyncFlowProducer:
 
     async def close(self) -> None:
         """Close the client, unless it was given by the caller."""
+        for queue in self._queues.values():
+            queue._close_caller()
         if self._client is not None and self._client is not self._connection:
             await self._client.aclose()
         self._client = None

@@ -56,6 +56,8 @@ class QueueBase:
         """Run one of the queue's scripts with the queue's keys."""
         client = self.client()
         if self._caller is None or self._caller_client is not client:
+            if self._caller is not None:
+                self._caller.close()
             self._caller = ScriptCaller(client, self._script_keys)
             self._caller_client = client
         return self._caller(script, args)
@@ -73,8 +75,14 @@ class QueueBase:
             return None
         return self._bind(job_id, fields)
 
+    def _close_caller(self) -> None:
+        if self._caller is not None:
+            self._caller.close()
+            self._caller = self._caller_client = None
+
     def close(self) -> None:
         """Close the client, unless it was given by the caller."""
+        self._close_caller()
         if self._client is not None and self._client is not self._connection:
             self._client.close()
         self._client = None

@@ -9,8 +9,9 @@ from typing import Any
 from redis import BlockingConnectionPool, Redis
 from redis.exceptions import NoScriptError, ResponseError, WatchError
 
-from corral import connection
+from corral import _wire, connection
 from corral._scripts import Script
+from corral._wire import Wire
 from corral.errors import ConfigurationError
 
 #: Connections a client opened from a URL keeps at most; callers that wait for more (many
@@ -102,50 +103,48 @@ def run_atomically(
                 continue
 
 
-def _bulk(value: Any) -> bytes:
-    """One RESP bulk string."""
-    if isinstance(value, str):
-        data = value.encode()
-    elif isinstance(value, bytes):
-        data = value
-    else:
-        data = str(value).encode()
-    return b"$%d\r\n%b\r\n" % (len(data), data)
-
-
 class ScriptCaller:
     """Runs a queue's scripts with their keys packed once.
 
     Every call of a queue's scripts sends the same EVALSHA, SHA, key count, keys and job key
     prefix; packing them once per script (instead of redis-py encoding each argument at each
-    call) is a large part of a job's client-side cost. The command goes out on a connection
-    of the client's pool; NOSCRIPT loads the script and retries, as :func:`run_script` does.
+    call) is a large part of a job's client-side cost. The command goes out on the caller's
+    own pipelined connection (:mod:`corral._wire`) when the client's settings allow it, else
+    on a connection of the client's pool; NOSCRIPT loads the script and retries, as
+    :func:`run_script` does.
     """
 
     def __init__(self, client: Redis, keys: list[str]) -> None:
         self._client = client
         self._keys = keys
-        self._packed_keys = b"".join(_bulk(k) for k in keys)
+        self._packed_keys = _wire.pack_args(keys)
         self._prefixes: dict[str, bytes] = {}
+        self._wire = Wire.open(client)
 
     def _prefix(self, script: Script) -> bytes:
         prefix = self._prefixes.get(script.sha)
         if prefix is None:
-            head = _bulk("EVALSHA") + _bulk(script.sha) + _bulk(len(self._keys))
+            head = _wire.pack_args(["EVALSHA", script.sha, len(self._keys)])
             prefix = self._prefixes[script.sha] = head + self._packed_keys
         return prefix
 
     def __call__(self, script: Script, args: list[Any]) -> Any:
         count = 3 + len(self._keys) + len(args)
-        packed = b"*%d\r\n" % count + self._prefix(script) + b"".join(map(_bulk, args))
+        packed = b"*%d\r\n" % count + self._prefix(script) + _wire.pack_args(args)
+        try:
+            if self._wire is not None:
+                return self._wire.call(packed)
+            return self._pooled(packed)
+        except NoScriptError:
+            return run_script(self._client, script, self._keys, args)
+
+    def _pooled(self, packed: bytes) -> Any:
         # redis-py leaves these connection calls partly untyped (and differently per API).
         pool: Any = self._client.connection_pool
         conn: Any = pool.get_connection()
         try:
             conn.send_packed_command([packed], check_health=False)
             return conn.read_response()
-        except NoScriptError:
-            pass
         except ResponseError:
             raise  # the reply was read whole: the connection is fine
         except BaseException:
@@ -154,4 +153,8 @@ class ScriptCaller:
             raise
         finally:
             pool.release(conn)
-        return run_script(self._client, script, self._keys, args)
+
+    def close(self) -> None:
+        """Close the caller's own connection (the client's pool is the client's)."""
+        if self._wire is not None:
+            self._wire.close()

@@ -241,6 +241,8 @@ class FlowProducer:
 
     def close(self) -> None:
         """Close the client, unless it was given by the caller."""
+        for queue in self._queues.values():
+            queue._close_caller()
         if self._client is not None and self._client is not self._connection:
             self._client.close()
         self._client = None
