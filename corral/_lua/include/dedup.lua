@@ -4,9 +4,9 @@
 -- A job that finished frees its deduplication id, as BullMQ does: a key without a TTL (simple
 -- mode) is deleted; one with a TTL (throttle, debounce) lives on until it expires. With
 -- keep-last-if-active, the add kept in K:dn:<id> while this job ran becomes a job now, under
--- the id reserved for it, and takes the deduplication id over.
-local function release_dedup(prefix, job_key, job_id, now, max_len)
-  local dedup_id = rcall("HGET", job_key, "deid")
+-- the id reserved for it, and takes the deduplication id over. `dedup_id` is the job's `deid`
+-- field (false: none), read by the caller with the other fields it needs.
+local function release_dedup(prefix, dedup_id, job_id, now, max_len)
   if not dedup_id then
     return
   end
@@ -38,8 +38,8 @@ end
 
 -- The outcome of a job added with an idempotency key, kept in its record (K:x-idem:<key>) so
 -- that a repeated add within the window answers with it even after the job is removed.
-local function record_outcome(prefix, job_key, state, value, now)
-  local key = rcall("HGET", job_key, "x-idem")
+-- `key` is the job's `x-idem` field (false: none).
+local function record_outcome(prefix, key, state, value, now)
   if key then
     local record = prefix .. "x-idem:" .. key
     if rcall("EXISTS", record) == 1 then

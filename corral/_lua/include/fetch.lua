@@ -58,12 +58,12 @@ local function fail_at_fetch(prefix, job_id, job_key, reason, now, max_len)
   rcall("HSET", job_key, "failedReason", reason, "finishedOn", now)
   rcall("HDEL", job_key, "defa")
   rcall("ZADD", K_FAILED, now, job_id)
-  local parent_key = rcall("HGET", job_key, "parentKey")
-  if parent_key then
-    child_failed(job_key, parent_key, reason, now)
+  local fields = rcall("HMGET", job_key, "parentKey", "deid", "x-idem")
+  if fields[1] then
+    child_failed(job_key, fields[1], reason, now)
   end
-  release_dedup(prefix, job_key, job_id, now, max_len)
-  record_outcome(prefix, job_key, "failed", reason, now)
+  release_dedup(prefix, fields[2], job_id, now, max_len)
+  record_outcome(prefix, fields[3], "failed", reason, now)
   emit(max_len, "failed", "jobId", job_id, "failedReason", reason, "prev", "active")
   emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts)
   local keep, max_age = fail_retention(job_key)
@@ -121,7 +121,7 @@ local function take_jobs(out, prefix, now, spec, max_len)
         rcall("PEXPIRE", K_LIMITER, limit_ms)
       end
     end
-    local guard = rcall("HMGET", job_key, "stc", "defa")
+    local guard = rcall("HMGET", job_key, "stc", "defa", "ats")
     if (tonumber(guard[1]) or 0) > spec.max_stalled then
       fail_at_fetch(prefix, job_id, job_key, "job stalled more than allowable limit", now, max_len)
     elseif guard[2] then
@@ -129,12 +129,13 @@ local function take_jobs(out, prefix, now, spec, max_len)
     else
       local token = spec.token_base .. ":" .. (spec.token_seq + taken)
       rcall("SET", job_key .. ":lock", token, "PX", spec.lock_ms)
+      -- ats is counted with the HSET (read above) rather than by HINCRBY: one call less.
+      local ats = (tonumber(guard[3]) or 0) + 1
       if spec.worker ~= "" then
-        rcall("HSET", job_key, "processedOn", now, "pb", spec.worker)
+        rcall("HSET", job_key, "processedOn", now, "ats", ats, "pb", spec.worker)
       else
-        rcall("HSET", job_key, "processedOn", now)
+        rcall("HSET", job_key, "processedOn", now, "ats", ats)
       end
-      rcall("HINCRBY", job_key, "ats", 1)
       emit(max_len, "active", "jobId", job_id, "prev", "waiting")
       taken = taken + 1
       out[#out + 1] = job_id

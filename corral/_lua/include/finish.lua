@@ -8,7 +8,10 @@
 local function finish_job(prefix, job_id, token, now, outcome, value, stacktrace, keep, max_age,
     retry_delay, metrics_points, max_len)
   local job_key = prefix .. job_id
-  if rcall("EXISTS", job_key) == 0 then
+  -- One read for all the fields a finish needs; every job hash has a name, so a missing name
+  -- is a missing job.
+  local fields = rcall("HMGET", job_key, "name", "atm", "parentKey", "deid", "x-idem")
+  if not fields[1] then
     return -1
   end
   local lock_key = job_key .. ":lock"
@@ -28,25 +31,25 @@ local function finish_job(prefix, job_id, token, now, outcome, value, stacktrace
   rcall("DEL", lock_key)
   rcall("SREM", K_STALLED, job_id)
 
-  local attempts_made = rcall("HINCRBY", job_key, "atm", 1)
-
-  local parent_key = rcall("HGET", job_key, "parentKey")
+  -- atm is counted with the HSET below rather than by HINCRBY: one call less per job.
+  local attempts_made = (tonumber(fields[2]) or 0) + 1
+  local parent_key = fields[3]
 
   if outcome == "completed" then
-    rcall("HSET", job_key, "returnvalue", value, "finishedOn", now)
+    rcall("HSET", job_key, "atm", attempts_made, "returnvalue", value, "finishedOn", now)
     rcall("ZADD", K_COMPLETED, now, job_id)
     if parent_key then
       child_completed(job_key, parent_key, value, now)
     end
-    release_dedup(prefix, job_key, job_id, now, max_len)
-    record_outcome(prefix, job_key, "completed", value, now)
+    release_dedup(prefix, fields[4], job_id, now, max_len)
+    record_outcome(prefix, fields[5], "completed", value, now)
     if metrics_points > 0 then
       record_metrics(prefix, "completed", now, metrics_points)
     end
     emit(max_len, "completed", "jobId", job_id, "returnvalue", value, "prev", "active")
     apply_retention(K_COMPLETED, prefix, job_id, keep, max_age, now)
   elseif outcome == "failed" then
-    rcall("HSET", job_key, "failedReason", value, "finishedOn", now)
+    rcall("HSET", job_key, "atm", attempts_made, "failedReason", value, "finishedOn", now)
     if stacktrace ~= "" then
       rcall("HSET", job_key, "stacktrace", stacktrace)
     end
@@ -55,8 +58,8 @@ local function finish_job(prefix, job_id, token, now, outcome, value, stacktrace
     if parent_key then
       child_failed(job_key, parent_key, value, now)
     end
-    release_dedup(prefix, job_key, job_id, now, max_len)
-    record_outcome(prefix, job_key, "failed", value, now)
+    release_dedup(prefix, fields[4], job_id, now, max_len)
+    record_outcome(prefix, fields[5], "failed", value, now)
     if metrics_points > 0 then
       record_metrics(prefix, "failed", now, metrics_points)
     end
@@ -64,7 +67,7 @@ local function finish_job(prefix, job_id, token, now, outcome, value, stacktrace
     emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts_made)
     apply_retention(K_FAILED, prefix, job_id, keep, max_age, now)
   else
-    rcall("HSET", job_key, "failedReason", value)
+    rcall("HSET", job_key, "atm", attempts_made, "failedReason", value)
     if stacktrace ~= "" then
       rcall("HSET", job_key, "stacktrace", stacktrace)
     end
