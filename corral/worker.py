@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import inspect
 import logging
 import random
@@ -485,7 +486,7 @@ class Worker:
     async def _call_processor(self, job: AsyncJob) -> Any:
         assert self.processor is not None
         if self._is_async:
-            job._on_progress = lambda progress: self._emit("progress", job, progress)
+            job._on_progress = self._progress
             return await self.processor(job)
         assert self._sync_queue is not None
         loop = asyncio.get_running_loop()
@@ -493,11 +494,17 @@ class Worker:
         for field in job.__dataclass_fields__:
             setattr(sync_job, field, getattr(job, field))
         sync_job.queue = self._sync_queue
-        # The processor runs in a thread: its progress events are emitted on the loop.
-        sync_job._on_progress = lambda progress: asyncio.run_coroutine_threadsafe(
-            self._emit("progress", sync_job, progress), loop
-        ).result()
+        sync_job._on_progress = functools.partial(self._progress_from_thread, loop)
         return await loop.run_in_executor(self._executor, self.processor, sync_job)
+
+    async def _progress(self, job: AsyncJob, progress: Any) -> None:
+        await self._emit("progress", job, progress)
+
+    def _progress_from_thread(
+        self, loop: asyncio.AbstractEventLoop, job: Job, progress: Any
+    ) -> None:
+        # A sync processor runs in a thread: its progress events are emitted on the loop.
+        asyncio.run_coroutine_threadsafe(self._emit("progress", job, progress), loop).result()
 
     async def _process(self, job: AsyncJob) -> AsyncJob | None:
         """Run one job and finish it; return the next job fetched in the same call."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -238,3 +240,33 @@ async def test_lost_lock_refuses_the_result(
     assert r.hget("bull:q:1", "returnvalue") is None
     assert r.lrange("bull:q:active", 0, -1) == ["1"]
     assert r.get("bull:q:1:lock") == "someone-else:0"
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_finished_jobs_are_freed_without_the_cycle_collector(
+    queue: AsyncQueue, redis_url: str, kind: str
+) -> None:
+    """A job must not refer to itself (say, through a progress callback): a worker holding
+    thousands of them until a GC pass spends its time in the collector."""
+    refs: list[weakref.ref[Any]] = []
+
+    async def process_async(job: Job) -> None:
+        await job.update_progress(50)
+        refs.append(weakref.ref(job))
+
+    def process_sync(job: Job) -> None:
+        job.update_progress(50)
+        refs.append(weakref.ref(job))
+
+    await queue.add_bulk([("j", {"i": i}) for i in range(20)])
+    gc.collect()
+    gc.disable()
+    try:
+        process = process_async if kind == "async" else process_sync
+        await drive(Worker("q", process, connection=redis_url, concurrency=4), finished(queue, 20))
+        await asyncio.sleep(0)
+        assert len(refs) == 20
+        alive = [ref() for ref in refs if ref() is not None]
+        assert len(alive) <= 4, f"{len(alive)} finished jobs still alive"
+    finally:
+        gc.enable()

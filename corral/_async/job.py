@@ -44,8 +44,9 @@ class AsyncJob(JobRecord, AsyncJobFlowMixin):
     """A job of an :class:`AsyncQueue`; see :class:`corral.job.JobRecord` for its fields."""
 
     queue: AsyncQueueBase
-    #: Set by the worker that runs the job, to emit its local ``progress`` event.
-    _on_progress: Callable[[Any], Any] | None = None
+    #: Set by the worker that runs the job, to emit its local ``progress`` event; called with
+    #: the job (not a closure over it: a job referring to itself would live until a GC pass).
+    _on_progress: Callable[[Any, Any], Any] | None = None
 
     def _token(self, token: str | None) -> str:
         return token if token is not None else (self.token or "0")
@@ -162,7 +163,7 @@ class AsyncJob(JobRecord, AsyncJobFlowMixin):
         await self._change(_UPDATE_PROGRESS, encoded)
         self.progress = _codec.loads(encoded)
         if self._on_progress is not None:
-            await self._on_progress(self.progress)
+            await self._on_progress(self, self.progress)
 
     async def log(self, line: str) -> int:
         """Append ``line`` to the job's log, keeping the newest ``keepLogs`` lines when set.
