@@ -202,17 +202,24 @@ class AsyncQueue(AsyncQueueSchedulers):
                 earlier item); nothing was written.
         """
         prepared: list[list[Any]] = []
+        records: list[Any] = []
         for index, item in enumerate(jobs):
             try:
-                prepared.append(self._prepare(*_unpack_bulk_item(item)))
+                name, data, given = _unpack_bulk_item(item)
+                args = self._prepare(name, data, given)
             except InvalidOptionError as exc:
                 raise InvalidOptionError(f"add_bulk item {index}: {exc}") from None
+            prepared.append(args)
+            if given:
+                records += (18, *args[1:])  # add_job's ARGV[2..19]
+            else:  # the queue's defaults: only what differs from the shared group
+                records += (4, args[1], args[2], args[3], args[5])
         if not prepared:
             return []
-        flat: list[Any] = [self._job_prefix, len(prepared)]
-        for args in prepared:
-            flat += args[1:]  # everything but the prefix, which the call gives once
-        replies = await self._run(_scripts.ADD_JOBS, flat)
+        shared = self._prepare("shared", None, {})[1:]
+        replies = await self._run(
+            _scripts.ADD_JOBS, [self._job_prefix, len(prepared), *shared, *records]
+        )
         if replies and replies[0] == -7:
             raise missing_parent(_codec.text(replies[1]))
         return [

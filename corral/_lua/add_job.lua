@@ -33,4 +33,7 @@
 -- @include remove
 -- @include add
 
-return add_one(ARGV[1], 2, events_max_len())
+local function arg(i)
+  return ARGV[i]
+end
+return add_one(ARGV[1], arg, events_max_len())

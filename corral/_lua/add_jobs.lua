@@ -7,7 +7,12 @@
 -- KEYS: the queue's keys in corral._keys order (include/keys.lua), as add_job.
 -- ARGV[1] key prefix of the queue's jobs ("bull:q:")
 -- ARGV[2] n, the number of jobs
--- ARGV[3..] 18 values per job: add_job.lua's ARGV[2..19], in that order
+-- ARGV[3..20] a shared group: 18 values as add_job.lua's ARGV[2..19], used by short records
+-- ARGV[21..] n records, each a size then its values:
+--          18, then add_job.lua's ARGV[2..19] in that order (a job with options of its own);
+--          4, then custom id, name, data, timestamp (add_job's ARGV[2], [3], [4], [6]): a job
+--          whose other values are the shared group's. Most bulk adds give no options: four
+--          values a job instead of eighteen make the call about a third cheaper.
 -- Returns {reply1, ..., replyN}, each as add_job.lua returns it, or {-7, parent key} when a
 -- parent is missing (nothing was written).
 -- Error codes: -7 (see above).
@@ -19,23 +24,51 @@
 
 local prefix = ARGV[1]
 local n = tonumber(ARGV[2])
-local GROUP = 18
--- add_job's ARGV[2] (custom id) and ARGV[10] (parent key), at these offsets in a group.
-local ID, PARENT = 0, 8
+local SHARED = 3
+-- Which of add_job's ARGV a short record carries, and where: index -> offset in the record.
+local SHORT = {[2] = 0, [3] = 1, [4] = 2, [6] = 3}
+
+local function full_reader(start)
+  return function(i)
+    return ARGV[start + i - 2]
+  end
+end
+
+local function short_reader(start)
+  return function(i)
+    local offset = SHORT[i]
+    if offset then
+      return ARGV[start + offset]
+    end
+    return ARGV[SHARED + i - 2]
+  end
+end
+
+local readers = {}
+local cursor = 21
+for i = 1, n do
+  local size = tonumber(ARGV[cursor])
+  readers[i] = size == 18 and full_reader(cursor + 1) or short_reader(cursor + 1)
+  cursor = cursor + 1 + size
+end
+
+-- The parents named by the jobs must exist, or be created by an earlier job of the call.
 local created = {}
-for i = 0, n - 1 do
-  local a = 3 + i * GROUP
-  local parent_key = ARGV[a + PARENT]
+for i = 1, n do
+  local arg = readers[i]
+  local parent_key = arg(10)
   if parent_key ~= "" and not created[parent_key] and rcall("EXISTS", parent_key) == 0 then
     return {-7, parent_key}
   end
-  if ARGV[a + ID] ~= "" then
-    created[prefix .. ARGV[a + ID]] = true
+  if arg(2) ~= "" then
+    created[prefix .. arg(2)] = true
   end
 end
 local max_len = events_max_len()
 local replies = {}
-for i = 0, n - 1 do
-  replies[i + 1] = add_one(prefix, 3 + i * GROUP, max_len)
+begin_batch()
+for i = 1, n do
+  replies[i] = add_one(prefix, readers[i], max_len)
 end
+end_batch()
 return replies

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
 
 from corral import Queue, InvalidOptionError
-from tests._sync.support import events
+from tests._sync.support import events, snapshot
 
 
 def test_add_writes_the_bullmq_job_hash(queue: Queue, r: redis.Redis) -> None:
@@ -156,3 +158,42 @@ def test_remove_and_get_job_state(queue: Queue, r: redis.Redis) -> None:
         "jobId": "2",
         "prev": "delayed",
     }
+
+
+def test_add_bulk_writes_what_add_writes(redis_url: str, r: redis.Redis) -> None:
+    """Jobs without options of their own travel in add_bulk's short form, the others in
+    full: either way every key, field and event is what one add at a time writes."""
+    items: list[tuple[Any, ...]] = [
+        ("plain", {"i": 1}),
+        ("own-id", {"i": 2}, {"job_id": "custom"}),
+        ("plain", None),
+        ("prio", [1], {"priority": 3}),
+        ("late", "x", {"delay": 60, "timestamp": 1_700_000_000_000}),
+        ("plain", {"é": "ü"}),
+        ("lifo", 0, {"lifo": True, "attempts": 2}),
+        ("dup", 1, {"job_id": "custom"}),
+    ]
+    defaults: Any = {"attempts": 4, "remove_on_complete": 10}
+    one = Queue("one", connection=redis_url, default_job_options=defaults)
+    bulk = Queue("bulk", connection=redis_url, default_job_options=defaults)
+    try:
+        for item in items:
+            one.add(item[0], item[1], **(item[2] if len(item) == 3 else {}))
+        jobs = bulk.add_bulk(items)
+    finally:
+        one.close()
+        bulk.close()
+    assert [j.id for j in jobs] == ["1", "custom", "3", "4", "5", "6", "7", "custom"]
+
+    def state(queue: str) -> dict[str, Any]:
+        out = {}
+        for key, value in snapshot(r).items():
+            if key.startswith(f"bull:{queue}:") and not key.endswith(":events"):
+                if isinstance(value, dict):
+                    value = {f: v for f, v in value.items() if f != "timestamp"}
+                out[key.split(":", 2)[2]] = value
+        return out
+
+    assert state("bulk") == state("one")
+    assert state("bulk")["custom"]["name"] == "own-id"
+    assert events(r, "bulk") == events(r, "one")

@@ -1,13 +1,10 @@
 -- Adding one job (add_job.lua, and each job of add_jobs.lua). Needs include/keys, events,
 -- scores, remove.
 
--- Adds the job whose values start at ARGV[a]: arg(i) is what add_job.lua calls ARGV[i], so
--- add_job passes a = 2 and add_jobs the start of each job's group. Returns add_job.lua's
--- answer (a table, or -7 when the parent is missing).
-local function add_one(prefix, a, max_len)
-  local function arg(i)
-    return ARGV[a + i - 2]
-  end
+-- Adds one job: arg(i) gives what add_job.lua calls ARGV[i] (add_job passes ARGV itself,
+-- add_jobs a reader of each job's record). Returns add_job.lua's answer (a table, or -7 when
+-- the parent is missing).
+local function add_one(prefix, arg, max_len)
   local parent_key = arg(10) or ""
   if parent_key ~= "" and rcall("EXISTS", parent_key) == 0 then
     return -7
@@ -93,7 +90,12 @@ local function add_one(prefix, a, max_len)
     rcall("HSET", idem_record, "jobId", job_id, "name", arg(3))
     rcall("PEXPIRE", idem_record, arg(19))
   end
-  rcall("HSETNX", K_META, "opts.maxLenEvents", max_len)
+  if not (batch and batch.meta) then
+    rcall("HSETNX", K_META, "opts.maxLenEvents", max_len)
+    if batch then
+      batch.meta = true
+    end
+  end
   emit(max_len, "added", "jobId", job_id, "name", arg(3))
 
   if arg(12) == "1" then

@@ -37,8 +37,36 @@ local function add_delayed(job_id, run_at)
   rcall("ZADD", K_DELAYED, fmt(score), job_id)
 end
 
+-- A script that adds many jobs (add_jobs.lua) runs as a batch: between begin_batch() and
+-- end_batch() the paused flag is read once and the workers' wake-up marker written once,
+-- instead of once per job. Nothing else runs during a script, so the result is the same.
+local batch = nil
+
+local function begin_batch()
+  batch = {paused = rcall("HEXISTS", K_META, "paused") == 1, wake = false, meta = false}
+end
+
+local function end_batch()
+  if batch.wake then
+    rcall("ZADD", K_MARKER, 0, "0")
+  end
+  batch = nil
+end
+
 local function is_paused()
+  if batch then
+    return batch.paused
+  end
   return rcall("HEXISTS", K_META, "paused") == 1
+end
+
+-- Wake a worker blocked on the marker.
+local function wake_workers()
+  if batch then
+    batch.wake = true
+  else
+    rcall("ZADD", K_MARKER, 0, "0")
+  end
 end
 
 -- Park a job in delayed until run_at, with its `delayed` event (needs include/events).
@@ -55,7 +83,7 @@ end
 local function make_ready(job_id, priority, lifo, max_len, prev)
   push_ready(job_id, priority, lifo)
   if not is_paused() then
-    rcall("ZADD", K_MARKER, 0, "0")
+    wake_workers()
   end
   if prev then
     emit(max_len, "waiting", "jobId", job_id, "prev", prev)
