@@ -115,6 +115,7 @@ def parse_fetched(raw: list[Any], start: int) -> list[Fetched]:
         flat = raw[i + 2]
         if flat and isinstance(flat[0], bytes):
             flat = [text(v) for v in flat]
-        fields = dict(zip(flat[::2], flat[1::2], strict=True))  # HGETALL's flat pairs
+        pairs = iter(flat)
+        fields = dict(zip(pairs, pairs, strict=False))  # HGETALL's flat pairs (always even)
         jobs.append(Fetched(text(raw[i]), text(raw[i + 1]), fields))
     return jobs

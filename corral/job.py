@@ -31,12 +31,28 @@ class JobState(str, enum.Enum):
         return self.value
 
 
-def _int(value: str | None, default: int = 0) -> int:
-    return int(value) if value else default
-
-
-def _opt_int(value: str | None) -> int | None:
-    return int(value) if value else None
+#: The hash fields ``JobRecord.from_hash`` reads, in the order of the record's own fields.
+_HASH_FIELDS = (
+    "name",
+    "data",
+    "opts",
+    "timestamp",
+    "delay",
+    "priority",
+    "processedOn",
+    "finishedOn",
+    "returnvalue",
+    "failedReason",
+    "stacktrace",
+    "progress",
+    "atm",
+    "ats",
+    "stc",
+    "pb",
+    "parentKey",
+    "parent",
+    "rjk",
+)
 
 
 @dataclass(slots=True)
@@ -77,29 +93,34 @@ class JobRecord:
         cls, queue_name: str, job_id: str, fields: dict[str, str], *, token: str | None = None
     ) -> Self:
         """Build a job from the decoded fields of its hash."""
+        # A worker builds one per job it takes: written out (no helper calls, JSON decoded
+        # only when present), as this is a visible part of a busy worker's time.
+        get = fields.get
+        loads = _codec.loads
+        v = [get(f) for f in _HASH_FIELDS]
         return cls(
-            queue_name=queue_name,
-            id=job_id,
-            name=fields.get("name", ""),
-            data=_codec.loads(fields.get("data")),
-            opts=_codec.loads(fields.get("opts")) or {},
-            timestamp=_int(fields.get("timestamp")),
-            delay=_int(fields.get("delay")),
-            priority=_int(fields.get("priority")),
-            processed_on=_opt_int(fields.get("processedOn")),
-            finished_on=_opt_int(fields.get("finishedOn")),
-            returnvalue=_codec.loads(fields.get("returnvalue")),
-            failed_reason=fields.get("failedReason"),
-            stacktrace=_codec.loads(fields.get("stacktrace")) or [],
-            progress=_codec.loads(fields.get("progress")),
-            attempts_made=_int(fields.get("atm")),
-            attempts_started=_int(fields.get("ats")),
-            stalled_counter=_int(fields.get("stc")),
-            processed_by=fields.get("pb"),
-            parent_key=fields.get("parentKey"),
-            parent=_codec.loads(fields.get("parent")),
-            repeat_job_key=fields.get("rjk"),
-            token=token,
+            queue_name,
+            job_id,
+            v[0] or "",
+            loads(v[1]) if v[1] else None,
+            (loads(v[2]) if v[2] else None) or {},
+            int(v[3]) if v[3] else 0,
+            int(v[4]) if v[4] else 0,
+            int(v[5]) if v[5] else 0,
+            int(v[6]) if v[6] else None,
+            int(v[7]) if v[7] else None,
+            loads(v[8]) if v[8] else None,
+            v[9],
+            (loads(v[10]) if v[10] else None) or [],
+            loads(v[11]) if v[11] else None,
+            int(v[12]) if v[12] else 0,
+            int(v[13]) if v[13] else 0,
+            int(v[14]) if v[14] else 0,
+            v[15],
+            v[16],
+            loads(v[17]) if v[17] else None,
+            v[18],
+            token,
         )
 
     @property

@@ -223,7 +223,9 @@ class AsyncQueue(AsyncQueueSchedulers):
         if replies and replies[0] == -7:
             raise missing_parent(_codec.text(replies[1]))
         return [
-            await self._result(args, reply) for args, reply in zip(prepared, replies, strict=True)
+            # A created job (code 1) needs no read: built here, not through _result's await.
+            self._added(args, reply) if reply[1] == 1 else await self._result(args, reply)
+            for args, reply in zip(prepared, replies, strict=True)
         ]
 
     async def get_deduplication_job_id(self, deduplication_id: str) -> str | None:

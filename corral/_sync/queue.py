@@ -224,7 +224,9 @@ class Queue(QueueSchedulers):
         if replies and replies[0] == -7:
             raise missing_parent(_codec.text(replies[1]))
         return [
-            self._result(args, reply) for args, reply in zip(prepared, replies, strict=True)
+            # A created job (code 1) needs no read: built here, not through _result's await.
+            self._added(args, reply) if reply[1] == 1 else self._result(args, reply)
+            for args, reply in zip(prepared, replies, strict=True)
         ]
 
     def get_deduplication_job_id(self, deduplication_id: str) -> str | None:
