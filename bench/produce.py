@@ -20,6 +20,7 @@ import time
 import corral
 from bench.common import QUEUE, connect, make_data, parser, wall_ms
 from corral import AsyncQueue
+from corral.worker import run_event_loop
 
 
 async def main() -> None:
@@ -56,4 +57,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    # The loop Worker.run() uses: uvloop when installed (make bench installs corral[dev]).
+    run_event_loop(main())

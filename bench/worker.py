@@ -22,6 +22,7 @@ from typing import Any
 import corral
 from bench.common import QUEUE, connect, parser, wall_ms
 from corral import Worker
+from corral.worker import run_event_loop
 
 
 async def _line() -> str:
@@ -76,4 +77,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    # The loop Worker.run() uses: uvloop when installed (make bench installs corral[dev]).
+    run_event_loop(main())

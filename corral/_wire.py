@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import hiredis
 from redis._parsers.base import BaseParser
@@ -116,8 +116,8 @@ class _Protocol(asyncio.Protocol):
         self._watchdog: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Not an isinstance check: uvloop's transports do not derive from asyncio's classes.
+        self.transport = cast(asyncio.Transport, transport)
         if self.timeout:
             self._watch()
 

@@ -20,9 +20,9 @@ import logging
 import random
 import signal
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.asyncio import Redis
@@ -74,6 +74,19 @@ _FAILED: Any = object()
 #: within about a second and a dead one costs a log line a second, never a busy loop.
 _RECONNECT_BASE_S = 0.05
 _RECONNECT_MAX_S = 1.0
+
+
+T = TypeVar("T")
+
+
+def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on a new event loop: uvloop's when it is installed (``corral[fast]``),
+    else asyncio's. uvloop's loop and transports take about 15% off a busy worker's CPU."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 class Worker:
@@ -213,7 +226,7 @@ class Worker:
         The first signal stops fetching and gives running jobs ``close_grace`` seconds; a
         second one cancels them at once. Jobs cut short go back to wait.
         """
-        asyncio.run(self._run_with_signals())
+        run_event_loop(self._run_with_signals())
 
     async def _run_with_signals(self) -> None:
         loop = asyncio.get_running_loop()

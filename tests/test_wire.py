@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,8 +15,9 @@ from redis.asyncio.connection import Connection
 from redis.credentials import UsernamePasswordCredentialProvider
 from redis.exceptions import NoScriptError, ResponseError
 
-from corral import AsyncQueue
+from corral import AsyncQueue, Worker
 from corral._wire import AsyncWire, Params, pack, pack_args, params_of
+from corral.worker import run_event_loop
 
 
 def _params(url: str, **changes: Any) -> Params:
@@ -203,3 +205,30 @@ async def test_a_dropped_queue_does_not_leak_its_connection(redis_url: str, r: r
     # The client's own pooled connection (used by the server check) is all that is left.
     assert [c["cmd"] for c in _wire_clients(r, "wire-drop")] == ["info"]
     await client.aclose()
+
+
+def test_queue_and_worker_run_on_uvloop(redis_url: str) -> None:
+    """Worker.run() picks uvloop when it is installed; its transports are not asyncio's
+    classes, and the wire must work on them all the same."""
+    pytest.importorskip("uvloop")
+
+    async def scenario() -> dict[str, int]:
+        assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+        done: list[str] = []
+
+        async def process(job: Any) -> int:
+            done.append(job.id)
+            return int(job.data["i"])
+
+        async with AsyncQueue("uv", connection=redis_url) as queue:
+            await queue.add_bulk([("j", {"i": i}) for i in range(50)])
+            worker = Worker("uv", process, connection=redis_url, concurrency=5)
+            task = asyncio.create_task(worker.run_async())
+            deadline = time.monotonic() + 10
+            while len(done) < 50 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            await worker.close()
+            await task
+            return await queue.get_job_counts("completed", "failed")
+
+    assert run_event_loop(scenario()) == {"completed": 50, "failed": 0}
