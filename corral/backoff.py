@@ -36,3 +36,12 @@ def retry_delay_ms(backoff: Any, attempts_made: int, *, rand: random.Random | No
         low = delay * (1 - jitter)
         delay = int((rand or random).uniform(low, delay))
     return delay
+
+
+def reconnect_delay(failures: int, *, base: float = 0.05, cap: float = 0.25) -> float:
+    """Seconds to wait before try ``failures + 1`` at a server that is away: doubling from
+    ``base``, at most ``cap``, with jitter (a random half of it) so that many clients that lost
+    the server together do not come back in step. Never 0: nothing retries in a busy loop.
+    """
+    delay: float = min(cap, base * 2.0 ** max(0, failures - 1))
+    return delay * random.uniform(0.5, 1.0)

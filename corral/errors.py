@@ -22,10 +22,15 @@
     ├── WaitingChildrenError      raised by job code after ``move_to_waiting_children``
     └── UnrecoverableError        raised by job code: fail now, never retry
 
-redis-py's own errors (``ConnectionError``, ``TimeoutError``...) pass through unchanged.
+redis-py's own errors (``ConnectionError``, ``TimeoutError``...) pass through unchanged;
+:func:`server_error_kind` tells which of them are worth waiting out.
 """
 
 from __future__ import annotations
+
+from typing import Literal
+
+from redis import exceptions as redis_errors
 
 
 class CorralError(Exception):
@@ -138,3 +143,59 @@ def script_error(code: int, *, queue: str, job_id: str) -> JobError:
     """Build the exception for a negative script return ``code``."""
     cls, template = SCRIPT_ERRORS.get(code, (JobError, "script error {code} on job {job_id}"))
     return cls(template.format(code=code, queue=queue, job_id=job_id), queue=queue, job_id=job_id)
+
+
+#: What a server error means for whoever hit it: wait it out and try again, stop (the settings
+#: are wrong and no retry helps), or neither known (a bug or bad data: report it).
+ErrorKind = Literal["transient", "configuration", "other"]
+
+#: Error replies redis-py leaves as plain ``ResponseError`` whose first word says the server
+#: cannot serve right now: a script of another client runs too long (BUSY), a blocked call was
+#: ended by a failover or CLIENT UNBLOCK (UNBLOCKED), too few replicas acknowledge writes.
+_TRANSIENT_REPLIES = ("BUSY", "UNBLOCKED", "NOREPLICAS", "MASTERDOWN", "TRYAGAIN", "LOADING")
+#: Replies that mean the settings are wrong: no retry will change them.
+_CONFIGURATION_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "ERR unknown command", "MOVED", "ASK")
+
+
+def server_error_kind(exc: BaseException) -> ErrorKind:
+    """Classify an error raised by a call to the server.
+
+    Transient: the connection dropped or timed out, or the server answered that it cannot
+    serve for now (BUSY, LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, UNBLOCKED,
+    OOM under ``noeviction``, NOSCRIPT after a restart or ``SCRIPT FLUSH``). Configuration:
+    wrong password, missing permission (ACL), an unknown command, a cluster node reached
+    without a cluster client. Anything else is "other".
+    """
+    if isinstance(
+        exc,
+        (
+            redis_errors.AuthenticationError,
+            redis_errors.AuthorizationError,
+            redis_errors.NoPermissionError,
+            redis_errors.ModuleError,
+            redis_errors.MovedError,
+            redis_errors.AskError,
+        ),
+    ):
+        return "configuration"
+    if isinstance(
+        exc,
+        (
+            redis_errors.ConnectionError,  # also BusyLoadingError (LOADING)
+            redis_errors.TimeoutError,
+            redis_errors.ReadOnlyError,
+            redis_errors.OutOfMemoryError,
+            redis_errors.NoScriptError,
+            redis_errors.TryAgainError,
+            redis_errors.ClusterDownError,  # also MasterDownError
+            OSError,
+        ),
+    ):
+        return "transient"
+    if isinstance(exc, redis_errors.ResponseError):
+        message = str(exc)
+        if message.startswith(_TRANSIENT_REPLIES):
+            return "transient"
+        if message.startswith(_CONFIGURATION_REPLIES) or "unknown command" in message:
+            return "configuration"
+    return "other"
