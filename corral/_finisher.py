@@ -37,11 +37,20 @@ class Finisher:
     Args:
         queue: the worker's queue (its client runs the scripts).
         fetch: makes the fetch part of a call for ``n`` next jobs (lock tokens included).
+        fetch_lost: ``(first_seq, count)`` of lock tokens the server may have handed out
+            with jobs nobody will run: a call that asked for next jobs got no reply, or a
+            next job's caller stopped waiting (the worker gives those jobs back).
     """
 
-    def __init__(self, queue: AsyncQueue, fetch: Callable[[int], _scripts.FetchNext]) -> None:
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        fetch: Callable[[int], _scripts.FetchNext],
+        fetch_lost: Callable[[int, int], None],
+    ) -> None:
         self._queue = queue
         self._fetch = fetch
+        self._fetch_lost = fetch_lost
         self._pending: list[_Finish] = []
         self._in_flight: set[asyncio.Task[None]] = set()
         self._kick_scheduled = False
@@ -55,8 +64,8 @@ class Finisher:
         when ``wants_next``, the next job taken for the caller's slot, if there was one.
 
         Raises:
-            redis errors: the call failed; the job stays active (its lock will expire and the
-                stalled check will return it to wait).
+            redis errors: the call failed, and may or may not have landed; the caller may send
+                it again (the lock token makes a repeat harmless).
         """
         done: asyncio.Future[tuple[int, _scripts.Fetched | None]] = (
             asyncio.get_running_loop().create_future()
@@ -84,26 +93,40 @@ class Finisher:
         self._schedule_kick()
 
     async def _run(self, batch: list[_Finish]) -> None:
+        # The call runs in a task of its own, so a caller that stops waiting (cancelled) does
+        # not stop it, and its reply reaches every other job of the batch.
+        wanted = sum(item.wants_next for item in batch)
+        fetch = self._fetch(wanted)
         try:
-            await self._call(batch)
+            reply = await self._call(batch, fetch)
         except BaseException as exc:
+            if wanted:
+                self._fetch_lost(fetch.first_seq, fetch.count)
             for item in batch:
-                if not item.done.done():
+                if item.done.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    item.done.cancel()
+                else:
                     item.done.set_exception(exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
-
-    async def _call(self, batch: list[_Finish]) -> None:
-        wanted = sum(item.wants_next for item in batch)
-        fetch = self._fetch(wanted).args()
-        args: list[Any] = [self._queue._job_prefix, now_ms(), *fetch[:8], fetch[8], len(batch)]
-        for item in batch:
-            args += item.values
-        reply = await self._queue._run(_scripts.FINISH_JOBS, args)
+            return
         n = len(batch)
         fetched = iter(_scripts.parse_fetched(reply, 2 + n))
         for i, item in enumerate(batch):
             # A slot gets its next job even when its own finish was refused (a lost lock):
             # the slot is free either way, and every job taken is handed to someone.
             nxt = next(fetched, None) if item.wants_next else None
+            if item.done.done():  # its caller stopped waiting: nobody will run that next job
+                if nxt is not None:
+                    self._fetch_lost(int(nxt.token.rpartition(":")[2]), 1)
+                continue
             item.done.set_result((int(reply[2 + i]), nxt))
+
+    async def _call(self, batch: list[_Finish], fetch: _scripts.FetchNext) -> Any:
+        spec = fetch.args()
+        args: list[Any] = [self._queue._job_prefix, now_ms(), *spec[:8], spec[8], len(batch)]
+        for item in batch:
+            args += item.values
+        return await self._queue._run(_scripts.FINISH_JOBS, args)

@@ -58,6 +58,7 @@ MOVE_TO_FINISHED = load("move_to_finished")
 EXTEND_LOCKS = load("extend_locks")
 CHECK_STALLED = load("check_stalled")
 FINISH_JOBS = load("finish_jobs")
+RELEASE_FETCHED = load("release_fetched")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,69 +1,68 @@
-"""What runs beside a worker's loop: lock renewal and the stalled-job check.
-
-Both tolerate a lost connection (they log and try again at their next tick): the fetch
-loop is the one that reports and waits out an outage.
+"""What runs beside a worker's fetching, as steps of its supervisor: lock renewal and the
+stalled-job check. Neither handles errors itself: the supervisor waits out transient ones
+and restarts a step that failed for another reason.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
-
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from corral import _codec, _scripts
 from corral._async.queue import AsyncQueue
-from corral.clock import now_ms
+from corral._lease import Lease
+from corral.clock import monotonic, now_ms
 
 logger = logging.getLogger("corral.worker")
 
-NETWORK_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
-
-#: How the upkeep tasks report: ``emit(event, *args)``.
+#: How the upkeep steps report: ``emit(event, *args)``.
 Emit = Callable[..., Awaitable[None]]
 
 
-async def renew_locks(queue: AsyncQueue, held: dict[str, str], lock_ms: int, emit: Emit) -> None:
-    """Every ``lock_ms / 2``, renew every lock in ``held`` (job id -> token) in one call.
+class LockRenewer:
+    """Renews the lock of every lease that needs it, in one call, every ``lock_ms / 2``.
 
-    A lock found lost is dropped from ``held`` (the job's result will be refused by the token
-    check anyway) and reported as ``lock_lost``.
+    A lease needs its lock until the server confirmed how its job ended, so a finish that
+    waits out an outage still holds the job. A lock found lost is reported by its lease.
     """
-    while True:
-        await asyncio.sleep(lock_ms / 2000)
-        pairs = list(held.items())
-        if not pairs:
-            continue
-        args: list[Any] = [queue._job_prefix, lock_ms]
-        for job_id, token in pairs:
-            args += [job_id, token]
-        try:
-            lost = await queue._run(_scripts.EXTEND_LOCKS, args)
-        except NETWORK_ERRORS as exc:
-            logger.warning("worker %s: lock renewal failed: %s", queue.name, exc)
-            continue
-        for raw in lost:
-            job_id = _codec.text(raw)
-            held.pop(job_id, None)
-            logger.warning("worker %s: lost the lock of job %s", queue.name, job_id)
-            await emit("lock_lost", job_id)
+
+    def __init__(self, queue: AsyncQueue, leases: Callable[[], Iterable[Lease]], lock_ms: int):
+        self._queue = queue
+        self._leases = leases
+        self._lock_ms = lock_ms
+
+    async def step(self) -> float:
+        leases = [lease for lease in self._leases() if lease.renewing]
+        if leases:
+            args: list[Any] = [self._queue._job_prefix, self._lock_ms]
+            for lease in leases:
+                args += (lease.job_id, lease.token)
+            sent = monotonic()
+            lost = {_codec.text(t) for t in await self._queue._run(_scripts.EXTEND_LOCKS, args)}
+            for lease in leases:
+                if lease.token in lost:
+                    await lease.lock_lost()
+                else:
+                    lease.renewed(sent)
+        return self._lock_ms / 2000
 
 
-async def check_stalled(queue: AsyncQueue, interval_ms: int, emit: Emit) -> None:
-    """Run the queue's stalled check now and every ``interval_ms``; report ``stalled``."""
-    while True:
-        try:
-            recovered = await queue._run(
-                _scripts.CHECK_STALLED, [queue._job_prefix, now_ms(), interval_ms]
-            )
-        except NETWORK_ERRORS as exc:
-            logger.warning("worker %s: stalled check failed: %s", queue.name, exc)
-            recovered = []
-        for raw in recovered:
+class StallChecker:
+    """Runs the queue's stalled check at start, then when the earliest lock expires (at most
+    every ``interval_ms``): a dead worker's job is back in wait as soon as its lock is gone."""
+
+    def __init__(self, queue: AsyncQueue, interval_ms: int, emit: Emit) -> None:
+        self._queue = queue
+        self._interval_ms = interval_ms
+        self._emit = emit
+
+    async def step(self) -> float:
+        reply = await self._queue._run(
+            _scripts.CHECK_STALLED, [self._queue._job_prefix, now_ms(), self._interval_ms]
+        )
+        for raw in reply[1:]:
             job_id = _codec.text(raw)
-            logger.warning("worker %s: job %s stalled, back in wait", queue.name, job_id)
-            await emit("stalled", job_id)
-        await asyncio.sleep(interval_ms / 1000)
+            logger.warning("worker %s: job %s stalled, back in wait", self._queue.name, job_id)
+            await self._emit("stalled", job_id)
+        return min(int(reply[0]), self._interval_ms) / 1000

@@ -12,20 +12,41 @@ credential providers, RESP3 and other connection classes keep redis-py's path, a
 blocking API (its ``Wire`` never opens; redis-py's synchronous client is lean already).
 Errors are redis-py's own exceptions, parsed by redis-py's rules, so callers cannot tell the
 two paths apart.
+
+Scripts live on the connection that runs them: every script the wire has run is loaded
+again as part of each (re)connect, before any call can use the connection, and a NOSCRIPT
+(``SCRIPT FLUSH`` on a live connection) is answered on that same connection, at once, by
+loading the script and sending the call again; so no call and its retry can be overtaken by
+another call of the same wire. A reply overdue by more than the timeout drops the connection
+(a half-open peer never hangs a caller), idle connections are probed when the client asks for
+health checks, TCP keepalive follows the client's settings, and the write buffer is bounded
+(callers wait while the server does not read).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections import deque
-from typing import Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import hiredis
 from redis._parsers.base import BaseParser
 from redis.asyncio.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+if TYPE_CHECKING:
+    from corral._scripts import Script
+
+#: The write buffer's bounds: past the high mark callers wait until it drains to the low one.
+WRITE_BUFFER_HIGH = 4 * 1024 * 1024
+WRITE_BUFFER_LOW = 1024 * 1024
+#: Connect timeout when the client sets none: a server that does not answer a SYN in this
+#: long is treated as down (and retried), rather than waited for as long as the OS would.
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
 
 def pack(args: list[Any]) -> bytes:
@@ -76,6 +97,9 @@ class Params(NamedTuple):
     timeout: float | None
     connect_timeout: float | None
     encoding: str
+    keepalive: bool = False
+    keepalive_options: tuple[tuple[int, int], ...] = ()
+    health_check_interval: float = 0.0
 
 
 def params_of(client: Any) -> Params | None:
@@ -100,49 +124,113 @@ def params_of(client: Any) -> Params | None:
         timeout=conn.socket_timeout,
         connect_timeout=conn.socket_connect_timeout,
         encoding=conn.encoder.encoding,
+        keepalive=bool(getattr(conn, "socket_keepalive", False)),
+        keepalive_options=tuple((getattr(conn, "socket_keepalive_options", None) or {}).items()),
+        health_check_interval=float(getattr(conn, "health_check_interval", 0) or 0),
     )
+
+
+def load_command(script: Script) -> bytes:
+    """``SCRIPT LOAD`` of ``script``, packed."""
+    return pack(["SCRIPT", "LOAD", script.source])
+
+
+class _Waiter(NamedTuple):
+    """A call in flight: the future of its reply (``None``: the reply is dropped) and, for a
+    script call, what to send again on NOSCRIPT (the script's load, then the call)."""
+
+    future: asyncio.Future[Any] | None
+    resend: bytes | None
 
 
 class _Protocol(asyncio.Protocol):
     """Matches replies to the futures of the calls, first in first out."""
 
-    def __init__(self, encoding: str, timeout: float | None) -> None:
-        self.reader = hiredis.Reader(encoding=encoding, replyError=BaseParser.parse_error)
-        self.waiters: deque[asyncio.Future[Any]] = deque()
+    def __init__(self, params: Params) -> None:
+        # Bytes that are not UTF-8 (never written by corral or BullMQ) reach the caller as
+        # surrogate escapes instead of breaking the connection; JSON decoding then names them.
+        self.reader = hiredis.Reader(
+            encoding=params.encoding, errors="surrogateescape", replyError=BaseParser.parse_error
+        )
+        self.waiters: deque[_Waiter] = deque()
         self.sent_at: deque[float] = deque()
         self.transport: asyncio.Transport | None = None
         self.lost: Exception | None = None
-        self.timeout = timeout
+        self.params = params
+        self.timeout = params.timeout
+        #: SHAs of the scripts loaded on this connection.
+        self.loaded: set[str] = set()
+        self.last_reply = 0.0
+        self._writable: asyncio.Event | None = None
         self._watchdog: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Not an isinstance check: uvloop's transports do not derive from asyncio's classes.
         self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
+        self._keepalive()
+        self.last_reply = asyncio.get_running_loop().time()
         if self.timeout:
             self._watch()
 
-    def send(self, packed: bytes) -> asyncio.Future[Any]:
-        """Write one command; the future gets its reply."""
+    def _keepalive(self) -> None:
+        sock = self.transport.get_extra_info("socket") if self.transport else None
+        if sock is None or not self.params.keepalive or sock.family == socket.AF_UNIX:
+            return
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            for option, value in self.params.keepalive_options:
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+    def send(self, packed: bytes, resend: bytes | None = None) -> asyncio.Future[Any]:
+        """Write one command; the future gets its reply. ``resend`` is written instead of a
+        NOSCRIPT reply (once)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if self.lost is not None:
             future.set_exception(self.lost)
             return future
-        self.waiters.append(future)
+        self._write(packed, _Waiter(future, resend), loop)
+        return future
+
+    def send_dropped(self, packed: bytes) -> None:
+        """Write a command whose reply nobody waits for (a script load, a health probe)."""
+        if self.lost is None:
+            self._write(packed, _Waiter(None, None), asyncio.get_running_loop())
+
+    def _write(self, packed: bytes, waiter: _Waiter, loop: asyncio.AbstractEventLoop) -> None:
+        self.waiters.append(waiter)
         if self.timeout:
             self.sent_at.append(loop.time())
         assert self.transport is not None
         self.transport.write(packed)
-        return future
+
+    def pause_writing(self) -> None:
+        self._writable = asyncio.Event()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None:
+            self._writable.set()
+            self._writable = None
+
+    async def writable(self) -> None:
+        """Return when the write buffer is below its high mark (or the connection is lost)."""
+        while self._writable is not None and self.lost is None:
+            await self._writable.wait()
 
     def _watch(self) -> None:
         # One timer per connection rather than one per call: a reply overdue by more than
         # the socket timeout drops the connection, as redis-py does with a silent server.
         assert self.timeout
         loop = asyncio.get_running_loop()
-        if self.sent_at and loop.time() - self.sent_at[0] > self.timeout:
+        now = loop.time()
+        if self.sent_at and now - self.sent_at[0] > self.timeout:
             self.close(RedisTimeoutError("Timeout reading from the server."))
             return
+        interval = self.params.health_check_interval
+        if interval and not self.waiters and now - self.last_reply > interval:
+            self.send_dropped(b"*1\r\n$4\r\nPING\r\n")  # an idle link is probed: the
+            self.last_reply = now  # timeout above then catches a peer that is gone
         self._watchdog = loop.call_later(min(1.0, self.timeout / 2), self._watch)
 
     def data_received(self, data: bytes) -> None:
@@ -156,19 +244,31 @@ class _Protocol(asyncio.Protocol):
                 self.close(RedisConnectionError(f"Protocol error from the server: {exc}"))
                 return
             if reply is False:
-                return
+                break
             if not waiters:
                 self.close(RedisConnectionError("The server sent a reply nobody asked for."))
                 return
-            future = waiters.popleft()
+            future, resend = waiters.popleft()
             if self.sent_at:
                 self.sent_at.popleft()
-            if future.done():  # its caller was cancelled: the reply is dropped
+            if resend is not None and isinstance(reply, NoScriptError):
+                # The server lost its scripts (SCRIPT FLUSH): load this one and send the call
+                # again, here and now, so it keeps its place before any later call's retry.
+                self.loaded.clear()
+                self.transport.write(resend)  # type: ignore[union-attr]
+                self.waiters.append(_Waiter(None, None))
+                self.waiters.append(_Waiter(future, None))
+                if self.timeout:
+                    now = asyncio.get_running_loop().time()
+                    self.sent_at.extend((now, now))
+                continue
+            if future is None or future.done():  # dropped, or its caller was cancelled
                 continue
             if isinstance(reply, Exception):
                 future.set_exception(reply)
             else:
                 future.set_result(reply)
+        self.last_reply = asyncio.get_running_loop().time()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.lost is None:
@@ -178,10 +278,11 @@ class _Protocol(asyncio.Protocol):
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+        self.resume_writing()
         self.sent_at.clear()
         while self.waiters:
-            future = self.waiters.popleft()
-            if not future.done():
+            future = self.waiters.popleft().future
+            if future is not None and not future.done():
                 future.set_exception(self.lost)
 
     def close(self, reason: Exception) -> None:
@@ -199,22 +300,44 @@ class AsyncWire:
         self._params = params
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Future[_Protocol] | None = None
+        #: Every script run on this wire, by SHA, with its packed SCRIPT LOAD: loaded again
+        #: on each new connection.
+        self._scripts: dict[str, bytes] = {}
 
     @classmethod
-    def open(cls, client: Any) -> AsyncWire | None:
-        """A wire to ``client``'s server, or ``None`` when redis-py must carry the calls."""
-        params = params_of(client)
-        return None if params is None else cls(params)
+    def open(cls, client: Any, *, default_timeout: float | None = None) -> AsyncWire | None:
+        """A wire to ``client``'s server, or ``None`` when redis-py must carry the calls.
 
-    async def call(self, packed: bytes) -> Any:
+        ``default_timeout`` is the reply timeout when the client sets no socket timeout.
+        """
+        params = params_of(client)
+        if params is None:
+            return None
+        if default_timeout and not params.timeout:
+            params = params._replace(timeout=default_timeout)
+        return cls(params)
+
+    async def call(self, packed: bytes, script: Script | None = None) -> Any:
         """Send one packed command and return its reply (redis-py's exceptions on errors).
 
+        ``script`` is the script an EVALSHA runs: it is loaded on the connection first if
+        this connection has not loaded it yet, and again on NOSCRIPT (once).
         A cancelled call leaves the connection usable: its reply is read and dropped.
         """
         protocol = self._protocol
         if protocol is None or protocol.lost is not None:
             protocol = await self._connect()
-        return await protocol.send(packed)
+        if protocol._writable is not None:
+            await protocol.writable()
+        if script is None:
+            return await protocol.send(packed)
+        load = self._scripts.get(script.sha)
+        if load is None:
+            load = self._scripts[script.sha] = load_command(script)
+        if script.sha not in protocol.loaded:
+            protocol.loaded.add(script.sha)
+            protocol.send_dropped(load)
+        return await protocol.send(packed, load + packed)
 
     async def _connect(self) -> _Protocol:
         # Callers arriving while a connection is being made share it.
@@ -230,13 +353,13 @@ class AsyncWire:
     async def _handshake(self) -> _Protocol:
         p = self._params
         loop = asyncio.get_running_loop()
-        protocol = _Protocol(p.encoding, p.timeout)
+        protocol = _Protocol(p)
         if p.path:
             connecting = loop.create_unix_connection(lambda: protocol, p.path)
         else:
             connecting = loop.create_connection(lambda: protocol, p.host, p.port)
         try:
-            await asyncio.wait_for(connecting, p.connect_timeout)
+            await asyncio.wait_for(connecting, p.connect_timeout or DEFAULT_CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
             where = p.path or f"{p.host}:{p.port}"
             raise RedisConnectionError(f"Error connecting to {where}: {exc}") from exc
@@ -247,8 +370,10 @@ class AsyncWire:
             setup.append(["SELECT", p.db])
         if p.client_name:
             setup.append(["CLIENT", "SETNAME", p.client_name])
-        # Sent before the connection is handed out, so no call can overtake them.
+        # Sent before the connection is handed out, so no call can overtake them; the scripts
+        # this wire ran before are loaded again (a restarted server has none).
         futures = [protocol.send(pack(command)) for command in setup]
+        futures += [protocol.send(load) for load in self._scripts.values()]
         try:
             for future in futures:
                 await future
@@ -258,6 +383,7 @@ class AsyncWire:
                 if future.done() and not future.cancelled():
                     future.exception()
             raise
+        protocol.loaded.update(self._scripts)
         self._protocol = protocol
         return protocol
 
@@ -282,10 +408,10 @@ class Wire:
     connections carry the calls (threads of a sync program each get their own)."""
 
     @classmethod
-    def open(cls, client: Any) -> Wire | None:
+    def open(cls, client: Any, *, default_timeout: float | None = None) -> Wire | None:
         return None
 
-    def call(self, packed: bytes) -> Any:
+    def call(self, packed: bytes, script: Any = None) -> Any:
         raise NotImplementedError  # never opened
 
     def close(self) -> None:

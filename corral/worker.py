@@ -1,12 +1,14 @@
 """``Worker``: take jobs from a queue and run a processor on them (BullMQ's ``Worker``).
 
-One asyncio loop drives everything. Each concurrency slot is a task that runs a job, finishes
-it with ``move_to_finished`` and, in the same script call, takes the next job (fetch-next), so
-a busy worker makes one round trip per job. When slots are free and nothing was fetched, the
-worker blocks on ``BZPOPMIN K:marker`` on its own connection. ``async def`` processors run on
-the loop and get an :class:`AsyncJob`; plain functions run in a thread pool and get a
-:class:`Job` whose methods block. Beside the loop, a lock manager renews every held lock in
-one call every ``lock_duration / 2``, and a stalled checker recovers jobs of dead workers.
+One asyncio loop drives everything. Each job a fetch hands over is owned by a
+:class:`~corral._lease.Lease` until the server has confirmed how it ended: the lease runs the
+processor, finishes the job and, in the same script call, takes the slot's next job
+(fetch-next), so a busy worker makes one round trip per job. When slots are free and nothing
+was fetched, the worker blocks on ``BZPOPMIN K:marker`` on its own connection. ``async def``
+processors run on the loop and get an :class:`AsyncJob`; plain functions run in threads and get
+a :class:`Job` whose methods block. A supervisor runs the fetching, the lock renewal (every
+lease's lock in one call every ``lock_duration / 2``) and the stalled check, waits out
+transient server errors, and stops the worker only on a configuration error.
 """
 
 from __future__ import annotations
@@ -17,11 +19,9 @@ import contextlib
 import functools
 import inspect
 import logging
-import random
 import signal
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -34,19 +34,14 @@ from corral._async.queue import AsyncQueue
 from corral._async.queue_schedulers import schedule_next_iteration
 from corral._finisher import Finisher
 from corral._keys import DEFAULT_PREFIX
+from corral._lease import Lease, LeaseContext
 from corral._listeners import Callback, Listeners
+from corral._supervisor import Outage, Supervisor
 from corral._sync.job import Job
 from corral._sync.queue import Queue
+from corral._threads import DaemonThreadPool
 from corral.clock import now_ms
-from corral.errors import (
-    DelayedError,
-    InvalidOptionError,
-    JobError,
-    RateLimitError,
-    WaitingChildrenError,
-    WaitingError,
-    script_error,
-)
+from corral.errors import InvalidOptionError, server_error_kind
 from corral.options import Duration
 from corral.retry import BackoffStrategy, RetryPolicy
 
@@ -63,17 +58,14 @@ EVENTS = {
     "progress": "(job, progress)",
     "stalled": "(job_id)",
     "drained": "()",
-    "error": "(error)",
+    "error": "(error): the first server error of an outage, or a failure of the worker itself",
     "lock_lost": "(job_id)",
 }
 
-_NETWORK_ERRORS = _upkeep.NETWORK_ERRORS
-#: Marks a finish that is not a completion (no return value to report).
-_FAILED: Any = object()
-#: Reconnect waits grow from 50 ms and stop growing at 1 s, so a returning server is used
-#: within about a second and a dead one costs a log line a second, never a busy loop.
-_RECONNECT_BASE_S = 0.05
-_RECONNECT_MAX_S = 1.0
+#: A worker's calls are short scripts: when the client sets no socket timeout, a reply this
+#: late (at most; less with short locks) means a dead or half-open connection, which is then
+#: dropped and the call retried, so a lost peer never hangs fetching or renewal for minutes.
+DEFAULT_REPLY_TIMEOUT_S = 10.0
 
 
 T = TypeVar("T")
@@ -89,6 +81,13 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
+def _positive_ms(option: str, value: Duration) -> int:
+    ms = options.duration_ms(option, value)
+    if ms <= 0:
+        raise InvalidOptionError(f"{option} must be more than 0, got {value!r}")
+    return ms
+
+
 class Worker:
     """Processes jobs of one queue.
 
@@ -101,17 +100,19 @@ class Worker:
         connection: a URL, a redis-py asyncio client (``decode_responses=True``) or ``None``.
         concurrency: how many jobs run at once; can be changed while running.
         name: stored on each job it takes (``processedBy``) and shown by ``get_workers``.
-        lock_duration: seconds a job's lock lives without renewal.
-        stalled_interval: seconds between stalled checks (shared by all workers of the queue).
+        lock_duration: seconds a job's lock lives without renewal (> 0).
+        stalled_interval: the longest time between stalled checks, in seconds (> 0); a check
+            also runs when the earliest lock of the queue expires.
         max_stalled_count: how often a job may be recovered from a stall before it fails.
-        drain_delay: longest blocking wait for new jobs, in seconds.
+        drain_delay: longest blocking wait for new jobs, in seconds (> 0).
         limiter: ``{"max": n, "duration": seconds}``: at most n jobs per duration, counted
             across every worker of the queue.
         backoff_strategies: custom backoff types: ``name -> f(attempts_made, delay_ms,
             error, job) -> ms``.
         retry_on / no_retry_on: exception types that are (only) / never retried.
-        close_grace: on SIGTERM/SIGINT, seconds to let running jobs finish before they are
-            cancelled and put back in wait.
+        close_grace: on SIGTERM/SIGINT, seconds to let running jobs finish before async ones
+            are cancelled and put back in wait (a plain function cannot be stopped: its job is
+            kept until its thread ends; a second signal exits at once).
         metrics_max_data_points: record BullMQ's per-minute completed/failed counts, keeping
             this many minutes (0: no metrics; BullMQ's ``metrics.maxDataPoints``).
 
@@ -152,10 +153,10 @@ class Worker:
         self._concurrency = options.int_option("concurrency", concurrency, 1)
         self.name = name or ""
         self.prefix = prefix
-        self._lock_ms = options.duration_ms("lock_duration", lock_duration)
-        self._stalled_ms = options.duration_ms("stalled_interval", stalled_interval)
+        self._lock_ms = _positive_ms("lock_duration", lock_duration)
+        self._stalled_ms = _positive_ms("stalled_interval", stalled_interval)
         self._max_stalled = options.int_option("max_stalled_count", max_stalled_count, 0)
-        self._drain_delay = options.duration_ms("drain_delay", drain_delay) / 1000
+        self._drain_delay = _positive_ms("drain_delay", drain_delay) / 1000
         self._limit_max, self._limit_ms = options.limiter(limiter)
         self._policy = RetryPolicy(
             strategies=dict(backoff_strategies or {}),
@@ -171,19 +172,24 @@ class Worker:
         self._is_async = processor is not None and inspect.iscoroutinefunction(processor)
         self._token_base = str(uuid.uuid4())
         self._token_seq = 0
-        self._held: dict[str, str] = {}  # job id -> lock token
-        self._slots: dict[asyncio.Task[None], AsyncJob] = {}
+        #: Every job this worker holds, by lock token: the leases are the only per-job state.
+        self._leases: dict[str, Lease] = {}
+        self._slots: set[asyncio.Task[None]] = set()
+        #: ``(first_seq, count)`` of lock tokens handed out by fetches whose reply was lost.
+        self._lost_fetches: list[tuple[int, int]] = []
         self._listeners = Listeners("worker", EVENTS)
         self._slot_freed = asyncio.Event()
         self._closing = False
         self._running = False
         self._stopped = asyncio.Event()
+        self._outage = Outage(f"worker {queue_name}")
+        self._supervisor: Supervisor | None = None
         self._queue: AsyncQueue | None = None
         self._sync_queue: Queue | None = None
         self._blocking: Redis | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._pool: DaemonThreadPool | None = None
         self._block_task: asyncio.Task[Any] | None = None
-        self._finisher: Finisher | None = None
+        self._ctx: LeaseContext | None = None
         self._drained = True
 
     # -- settings and events -------------------------------------------------------------
@@ -196,16 +202,9 @@ class Worker:
     @concurrency.setter
     def concurrency(self, value: int) -> None:
         self._concurrency = options.int_option("concurrency", value, 1)
-        if self._executor is not None and value > self._executor._max_workers:
-            old, self._executor = self._executor, self._new_executor()
-            old.shutdown(wait=False)
+        if self._pool is not None:
+            self._pool.max_workers = max(self._pool.max_workers, value)
         self._slot_freed.set()
-
-    def _new_executor(self) -> ThreadPoolExecutor:
-        # Threads are made on demand, so a roomy pool costs nothing until it is used.
-        return ThreadPoolExecutor(
-            max_workers=max(32, self._concurrency), thread_name_prefix="corral-job"
-        )
 
     def on(self, event: str, callback: Callback | None = None) -> Any:
         """Call ``callback`` on ``event`` (see :data:`EVENTS`); usable as a decorator.
@@ -223,106 +222,168 @@ class Worker:
     def run(self) -> None:
         """Run until SIGINT or SIGTERM, then close gracefully (a blocking call).
 
-        The first signal stops fetching and gives running jobs ``close_grace`` seconds; a
-        second one cancels them at once. Jobs cut short go back to wait.
+        The first signal stops fetching and gives running jobs ``close_grace`` seconds; then
+        async jobs are cancelled and put back in wait, and jobs of plain functions are waited
+        for (their threads cannot be stopped; their locks are kept meanwhile). A second
+        signal exits at once: jobs still running return to wait when their locks expire.
+
+        Raises:
+            ConfigurationError: the server refused the worker's settings (a wrong password,
+                a missing permission); the message is one line.
         """
         run_event_loop(self._run_with_signals())
 
     async def _run_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
         signals = 0
-
         closing: set[asyncio.Task[None]] = set()
 
         def on_signal() -> None:
             nonlocal signals
             signals += 1
-            grace = self.close_grace if signals == 1 else 0.0
-            task = loop.create_task(self.close(grace=grace))
-            closing.add(task)
-            task.add_done_callback(closing.discard)
+            if signals == 1:
+                logger.info(
+                    "worker %s: stopping: no new jobs; waiting up to %.0fs for %d running",
+                    self.queue_name,
+                    self.close_grace,
+                    len(self._leases),
+                )
+                task = loop.create_task(self.close(grace=self.close_grace))
+                closing.add(task)
+                task.add_done_callback(closing.discard)
+            else:
+                self._exit_now()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
-        await self.run_async()
+        try:
+            await self.run_async()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
 
     async def close(self, *, grace: float | None = None) -> None:
-        """Stop fetching, wait up to ``grace`` seconds for running jobs (``None``: as long as
-        they take), cancel the rest and put them back in wait, then release connections."""
+        """Stop fetching at once, wait up to ``grace`` seconds for running jobs (``None``: as
+        long as they take), then cancel async ones and put them back in wait; a plain
+        function's job is kept (and its lock renewed) until its thread ends. Returns when
+        every job is settled and the connections are released."""
         self._closing = True
         self._slot_freed.set()
         if self._block_task is not None:
             self._block_task.cancel()
+        if not self._running:
+            await self._release()
+            return
         if self._slots:
             _, pending = await asyncio.wait(list(self._slots), timeout=grace)
             if pending:
-                await self._cut_short(pending)
-        if self._running:
-            await self._stopped.wait()
-        else:
-            await self._release()
+                for lease in list(self._leases.values()):
+                    lease.cut_short()
+        await self._stopped.wait()
 
-    async def _cut_short(self, tasks: set[asyncio.Task[None]]) -> None:
-        for task in tasks:
-            task.cancel()
-        # Each slot puts its job back in wait as it unwinds (see _process).
-        await asyncio.gather(*tasks, return_exceptions=True)
+    def _exit_now(self) -> None:
+        """Stop waiting for anything: async jobs are cancelled and put back, threads that
+        still run are left (their jobs return to wait when their locks expire)."""
+        self._closing = True
+        self._slot_freed.set()
+        if self._block_task is not None:
+            self._block_task.cancel()
+        for lease in list(self._leases.values()):
+            lease.abandon()
 
-    async def _put_back(self, job: AsyncJob, token: str | None) -> None:
-        """Return a job cut short by close() to wait at once, rather than after a stall."""
-        self._held.pop(job.id, None)
-        try:
-            await job.move_to_wait(token)
-            logger.info("worker %s: job %s cut short, back in wait", self.queue_name, job.id)
-        except (JobError, *_NETWORK_ERRORS) as exc:
-            logger.warning("worker %s: job %s not put back: %s", self.queue_name, job.id, exc)
-
-    async def _open(self) -> AsyncQueue:
-        if self._queue is None:
+    async def _open(self) -> AsyncQueue | None:
+        """The worker's queue, connected and checked; waits for a server that is away (a
+        worker often starts before its Redis), or ``None`` when closed meanwhile."""
+        while self._queue is None:
             # A connection for every slot, and a few for the lock manager and stall checks.
             client = open_client(self._connection, max_connections=self._concurrency + 8)
-            await check_server(client, strict=self._strict, owned=client is not self._connection)
+            owned = client is not self._connection
+            try:
+                await check_server(client, strict=self._strict, owned=owned)
+            except Exception as exc:
+                if server_error_kind(exc) != "transient":
+                    raise
+                await self._wait_for_server(exc)
+                if self._closing:
+                    return None
+                continue
+            self._outage.succeeded()
             self._queue = AsyncQueue(self.queue_name, connection=client, prefix=self.prefix)
+            self._queue._reply_timeout = self._reply_timeout(client)
         return self._queue
 
+    async def _wait_for_server(self, exc: Exception) -> None:
+        delay = self._outage.failed("connect", exc)
+        self._slot_freed.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._slot_freed.wait(), delay)
+
+    def _reply_timeout(self, client: Redis) -> float:
+        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        if timeout:
+            return float(timeout)
+        # Short enough that a renewal stuck on a dead connection is retried in time.
+        return min(DEFAULT_REPLY_TIMEOUT_S, max(1.0, self._lock_ms / 2000))
+
     async def run_async(self) -> None:
-        """Process jobs until :meth:`close` is called."""
+        """Process jobs until :meth:`close` is called.
+
+        Raises:
+            ConfigurationError: the server refused the worker's settings (see :meth:`run`).
+        """
         if self.processor is None:
             raise InvalidOptionError("this worker has no processor: use get_next_job()")
         self._stopped.clear()
         self._running = True
+        supervisor = self._supervisor = Supervisor(self._outage, self._emit)
         try:
             queue = await self._open()
-            self._finisher = Finisher(queue, self._fetch)
-            client = await queue.client()
-            # The blocking connection reads longer than BZPOPMIN waits, and carries BullMQ's
-            # client name so that Queue.get_workers() (and Node's getWorkers) list this worker.
-            self._blocking = _twins.blocking_twin(
-                client, read_timeout=self._drain_delay + 10, client_name=self._client_name
-            )
-            if not self._is_async:
-                self._executor = self._new_executor()
-                self._sync_queue = Queue(
-                    self.queue_name, connection=_twins.sync_twin(client), prefix=self.prefix
-                )
-            helpers = [
-                asyncio.create_task(
-                    _upkeep.renew_locks(queue, self._held, self._lock_ms, self._emit)
-                ),
-                asyncio.create_task(_upkeep.check_stalled(queue, self._stalled_ms, self._emit)),
-            ]
-            try:
-                await self._fetch_loop()
-                if self._slots:
-                    await asyncio.gather(*self._slots, return_exceptions=True)
-            finally:
-                for task in helpers:
-                    task.cancel()
-                await asyncio.gather(*helpers, return_exceptions=True)
+            if queue is not None:
+                await self._work(queue, supervisor)
         finally:
+            supervisor.stop()
+            await supervisor.join()
             await self._release()
             self._running = False
             self._stopped.set()
+        if supervisor.fatal is not None:
+            raise supervisor.fatal
+
+    async def _work(self, queue: AsyncQueue, supervisor: Supervisor) -> None:
+        client = await queue.client()
+        # The blocking connection reads longer than BZPOPMIN waits, and carries BullMQ's
+        # client name so that Queue.get_workers() (and Node's getWorkers) list this worker.
+        self._blocking = _twins.blocking_twin(
+            client, read_timeout=self._drain_delay + 10, client_name=self._client_name
+        )
+        if not self._is_async:
+            self._pool = DaemonThreadPool(max(32, self._concurrency))
+            self._sync_queue = Queue(
+                self.queue_name, connection=_twins.sync_twin(client), prefix=self.prefix
+            )
+        self._ctx = LeaseContext(
+            queue=queue,
+            finisher=Finisher(queue, self._fetch, self._fetch_lost),
+            outage=self._outage,
+            policy=self._policy,
+            lock_s=self._lock_ms / 1000,
+            run_processor=self._run_processor,
+            want_next=self._want_next,
+            emit=self._emit,
+            in_thread=not self._is_async,
+        )
+        supervisor.on_fatal(self._exit_now)
+        renewer = _upkeep.LockRenewer(queue, self._leases.values, self._lock_ms)
+        checker = _upkeep.StallChecker(queue, self._stalled_ms, self._emit)
+        supervisor.start("renew", renewer.step)
+        supervisor.start("stalled", checker.step)
+        supervisor.start("fetch", self._fetch_step)
+        await supervisor.join_one("fetch")
+        while self._slots:  # every lease settles (a slot may start its next job meanwhile)
+            await asyncio.gather(*self._slots, return_exceptions=True)
+        if self._lost_fetches and supervisor.fatal is None:
+            with contextlib.suppress(Exception):
+                await self._release_lost_fetches()
 
     @property
     def _client_name(self) -> str:
@@ -331,9 +392,9 @@ class Worker:
         return f"{base}:w:{self.name}" if self.name else base
 
     async def _release(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
         if self._blocking is not None:
             await _twins.close_async(self._blocking)
             self._blocking = None
@@ -347,6 +408,8 @@ class Worker:
             if client is not None and client is not self._connection:
                 await client.aclose()
             self._queue = None
+
+    # -- fetching ------------------------------------------------------------------------
 
     def _fetch(self, count: int) -> _scripts.FetchNext:
         first = self._token_seq
@@ -363,41 +426,63 @@ class Worker:
             self._metrics_points,
         )
 
-    async def _fetch_loop(self) -> None:
-        failures = 0
-        while not self._closing:
-            free = self._concurrency - len(self._slots)
-            if free <= 0:
-                self._slot_freed.clear()
-                await self._slot_freed.wait()
-                continue
-            try:
-                jobs, wake = await self._move_to_active(free)
-                if jobs:
-                    self._drained = False
-                    for job in jobs:
-                        await self._start_slot(job)
-                else:
-                    if not self._drained and not self._slots:
-                        self._drained = True
-                        await self._emit("drained")
-                    await self._wait_for_work(wake)
-                if failures:
-                    logger.warning("worker %s: connection restored", self.queue_name)
-                failures = 0
-            except _NETWORK_ERRORS as exc:
-                failures += 1
-                delay = min(_RECONNECT_MAX_S, _RECONNECT_BASE_S * 2**failures)
-                delay *= random.uniform(0.5, 1.0)
-                logger.warning(
-                    "worker %s: connection error (%s); retry %d in %.2fs",
-                    self.queue_name,
-                    exc,
-                    failures,
-                    delay,
-                )
-                await self._emit("error", exc)
-                await asyncio.sleep(delay)
+    def _fetch_lost(self, first_seq: int, count: int) -> None:
+        """A fetch may have handed out jobs that nobody runs: give them back at the next
+        chance (they were never started, so they do not count as stalled)."""
+        self._lost_fetches.append((first_seq, count))
+        self._slot_freed.set()
+
+    async def _release_lost_fetches(self) -> None:
+        assert self._queue is not None
+        lost, self._lost_fetches = self._lost_fetches, []
+        args: list[Any] = [self._queue._job_prefix, self._token_base]
+        for first, count in lost:
+            args += (first, count)
+        try:
+            released = await self._queue._run(_scripts.RELEASE_FETCHED, args)
+        except BaseException:
+            self._lost_fetches += lost  # not done: try again at the next step
+            raise
+        for job_id in released:
+            logger.info(
+                "worker %s: job %s given back to wait (fetched, not started)",
+                self.queue_name,
+                job_id,
+            )
+
+    def _want_next(self) -> bool:
+        # Asked by a finishing lease, itself still counted among the leases.
+        return not self._closing and len(self._leases) <= self._concurrency
+
+    async def _fetch_step(self) -> float:
+        """One round of fetching: take jobs for the free slots, or wait for work."""
+        if self._closing:
+            return -1
+        if self._lost_fetches:
+            await self._release_lost_fetches()
+        free = self._concurrency - len(self._leases)
+        if free <= 0:
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+            return 0
+        fetched, wake = await self._move_to_active(free)
+        self._outage.succeeded()
+        if self._closing and fetched:
+            # Close began while the fetch was on its way: these jobs go back, not run.
+            for f in fetched:
+                self._fetch_lost(int(f.token.rpartition(":")[2]), 1)
+            await self._release_lost_fetches()
+            return -1
+        if fetched:
+            self._drained = False
+            for f in fetched:
+                self._start(f)
+            return 0
+        if not self._drained and not self._leases:
+            self._drained = True
+            await self._emit("drained")
+        await self._wait_for_work(wake)
+        return 0
 
     async def _wait_for_work(self, wake: int) -> None:
         """Block until work may be there: a marker, the next delayed job, or ``drain_delay``.
@@ -412,7 +497,7 @@ class Worker:
         deadline = now_ms() + self._drain_delay * 1000
         if wake:
             deadline = min(deadline, wake)
-        while not self._closing:
+        while not self._closing and not self._lost_fetches:
             popped = await self._block_on_marker(max(0.001, (deadline - now_ms()) / 1000))
             if popped is None:
                 return  # timed out: time to look again
@@ -446,20 +531,18 @@ class Worker:
     def keys_marker(self) -> str:
         return f"{self.prefix}:{self.queue_name}:marker"
 
-    async def _move_to_active(self, count: int) -> tuple[list[AsyncJob], int]:
+    async def _move_to_active(self, count: int) -> tuple[list[_scripts.Fetched], int]:
         queue = await self._open()
-        reply = await queue._run(
-            _scripts.MOVE_TO_ACTIVE, [queue._job_prefix, now_ms(), *self._fetch(count).args()]
-        )
-        return self._bind_all(_scripts.parse_fetched(reply, 2)), int(reply[0])
-
-    def _bind_all(self, fetched: list[_scripts.Fetched]) -> list[AsyncJob]:
-        assert self._queue is not None
-        jobs = []
-        for f in fetched:
-            self._held[f.job_id] = f.token
-            jobs.append(self._queue._bind(f.job_id, f.fields, token=f.token))
-        return jobs
+        assert queue is not None
+        fetch = self._fetch(count)
+        try:
+            reply = await queue._run(
+                _scripts.MOVE_TO_ACTIVE, [queue._job_prefix, now_ms(), *fetch.args()]
+            )
+        except BaseException:
+            self._fetch_lost(fetch.first_seq, fetch.count)
+            raise
+        return _scripts.parse_fetched(reply, 2), int(reply[0])
 
     # -- manual fetching -----------------------------------------------------------------
 
@@ -469,34 +552,66 @@ class Worker:
         Finish it with ``job.move_to_completed(value)`` or ``job.move_to_failed(error)``, and
         renew its lock with ``job.extend_lock(seconds)`` if it runs long.
         """
-        jobs, _ = await self._move_to_active(1)
-        for job in jobs:
-            self._held.pop(job.id, None)  # the caller holds it, not the lock manager
-            if job.repeat_job_key:
-                await schedule_next_iteration(job.queue, job)
-        return jobs[0] if jobs else None
+        fetched, _ = await self._move_to_active(1)
+        if not fetched:
+            return None
+        assert self._queue is not None
+        job = self._queue._bind(fetched[0].job_id, fetched[0].fields, token=fetched[0].token)
+        if job.repeat_job_key:
+            await schedule_next_iteration(job.queue, job)
+        return job
 
-    # -- one slot ------------------------------------------------------------------------
+    # -- the slots -----------------------------------------------------------------------
 
-    async def _start_slot(self, job: AsyncJob) -> None:
-        task = asyncio.create_task(self._slot(job))
-        self._slots[task] = job
+    def _start(self, fetched: _scripts.Fetched) -> None:
+        task = asyncio.create_task(self._slot(self._lease(fetched)))
+        self._slots.add(task)
         task.add_done_callback(self._slot_done)
 
+    def _lease(self, fetched: _scripts.Fetched) -> Lease:
+        # Counted at once, before its task runs: the fetch loop sizes fetches by the leases.
+        assert self._ctx is not None
+        lease = self._leases[fetched.token] = Lease(fetched, self._ctx)
+        return lease
+
     def _slot_done(self, task: asyncio.Task[None]) -> None:
-        self._slots.pop(task, None)
+        self._slots.discard(task)
         self._slot_freed.set()
         if not task.cancelled() and task.exception() is not None:
             logger.error("worker slot crashed", exc_info=task.exception())
 
-    async def _slot(self, job: AsyncJob | None) -> None:
-        current = asyncio.current_task()
-        while job is not None:
-            if current is not None:
-                self._slots[current] = job
-            job = await self._process(job)
+    async def _slot(self, lease: Lease | None) -> None:
+        """Run the slot's jobs one after the other: each finish hands over the next."""
+        while lease is not None:
+            try:
+                fetched = await lease.run()
+            finally:
+                del self._leases[lease.token]
+                self._slot_freed.set()
+            lease = None
+            if fetched is None:
+                break
+            if self._closing or len(self._leases) >= self._concurrency:
+                # Taken while close began or concurrency dropped: back to wait, unstarted.
+                self._fetch_lost(int(fetched.token.rpartition(":")[2]), 1)
+                if self._closing:
+                    await self._give_back_now()
+                break
+            lease = self._lease(fetched)
 
-    async def _call_processor(self, job: AsyncJob) -> Any:
+    async def _give_back_now(self) -> None:
+        # The fetch loop has ended: give the jobs back here, retrying a transient error for
+        # as long as a lock lasts (after that the stalled check gives them back anyway).
+        for _ in range(max(1, round(self._lock_ms / 250))):
+            try:
+                await self._release_lost_fetches()
+                return
+            except Exception as exc:
+                if server_error_kind(exc) != "transient":
+                    return
+                await asyncio.sleep(self._outage.failed("give back", exc))
+
+    async def _run_processor(self, job: AsyncJob) -> Any:
         assert self.processor is not None
         if self._is_async:
             job._on_progress = self._progress
@@ -508,7 +623,7 @@ class Worker:
             setattr(sync_job, field, getattr(job, field))
         sync_job.queue = self._sync_queue
         sync_job._on_progress = functools.partial(self._progress_from_thread, loop)
-        return await loop.run_in_executor(self._executor, self.processor, sync_job)
+        return await loop.run_in_executor(self._pool, self.processor, sync_job)
 
     async def _progress(self, job: AsyncJob, progress: Any) -> None:
         await self._emit("progress", job, progress)
@@ -518,75 +633,3 @@ class Worker:
     ) -> None:
         # A sync processor runs in a thread: its progress events are emitted on the loop.
         asyncio.run_coroutine_threadsafe(self._emit("progress", job, progress), loop).result()
-
-    async def _process(self, job: AsyncJob) -> AsyncJob | None:
-        """Run one job and finish it; return the next job fetched in the same call."""
-        await self._emit("active", job)
-        want = 0 if self._closing or len(self._slots) > self._concurrency else 1
-        token = job.token
-        try:
-            try:
-                if job.repeat_job_key:  # a scheduler's iteration: create the next one now
-                    await schedule_next_iteration(job.queue, job)
-                result = await self._call_processor(job)
-                job.completion(result)  # refuses a return value JSON cannot carry
-            except TypeError as exc:
-                if "JSON" not in str(exc) and "serializ" not in str(exc):
-                    raise
-                raise TypeError(f"return value is not JSON serializable: {exc}") from None
-        except asyncio.CancelledError:
-            if self._closing:
-                await self._put_back(job, token)
-            raise
-        except (DelayedError, WaitingError, WaitingChildrenError):
-            self._held.pop(job.id, None)  # the processor moved the job itself
-            return None
-        except RateLimitError:
-            self._held.pop(job.id, None)
-            await self._safely(job, job.move_to_wait(token))
-            return None
-        except Exception as exc:
-            await self._emit("failed", job, exc)
-            return await self._finish(job, job.failure(exc, token, self._policy), want)
-        return await self._finish(job, job.completion(result, token), want, result=result)
-
-    async def _finish(
-        self, job: AsyncJob, values: list[Any], want: int, *, result: Any = _FAILED
-    ) -> AsyncJob | None:
-        """Finish ``job`` through the batching finisher; return the slot's next job."""
-        self._held.pop(job.id, None)
-        assert self._finisher is not None
-        try:
-            code, fetched = await self._finisher.finish(values, wants_next=want > 0)
-        except _NETWORK_ERRORS as exc:
-            # The job stays active with its lock: when that expires, the stalled check puts
-            # it back in wait, so nothing is lost. The fetch loop reconnects.
-            logger.warning("worker %s: could not finish job %s: %s", self.queue_name, job.id, exc)
-            await self._emit("error", exc)
-            return None
-        if code < 0:
-            err = script_error(code, queue=self.queue_name, job_id=job.id)
-            logger.warning("worker %s: job %s not finished: %s", self.queue_name, job.id, err)
-            await self._emit("lock_lost", job.id)
-        else:
-            job.attempts_made = code
-            if result is not _FAILED:
-                job.returnvalue = result
-                await self._emit("completed", job, result)
-        return self._bind_all([fetched])[0] if fetched is not None else None
-
-    async def _safely(self, job: AsyncJob, step: Awaitable[Any]) -> Any:
-        """Run a finishing step; a lost lock or a dropped connection is reported, not raised.
-
-        Nothing is lost either way: a job whose finish did not land keeps its place in active
-        until its lock expires and the stalled checker gives it back to wait.
-        """
-        try:
-            return await step
-        except JobError as exc:
-            logger.warning("worker %s: job %s not finished: %s", self.queue_name, job.id, exc)
-            await self._emit("lock_lost", job.id)
-        except _NETWORK_ERRORS as exc:
-            logger.warning("worker %s: could not finish job %s: %s", self.queue_name, job.id, exc)
-            await self._emit("error", exc)
-        return None

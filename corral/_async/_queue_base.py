@@ -42,6 +42,8 @@ class AsyncQueueBase:
         self._client: Redis | None = None
         self._caller: ScriptCaller | None = None
         self._caller_client: Redis | None = None
+        #: Reply timeout of the script calls when the client sets none (a worker sets it).
+        self._reply_timeout: float | None = None
 
     async def client(self) -> Redis:
         """The redis-py client, opened and checked on first use."""
@@ -57,7 +59,7 @@ class AsyncQueueBase:
         if self._caller is None or self._caller_client is not client:
             if self._caller is not None:
                 self._caller.close()
-            self._caller = ScriptCaller(client, self._script_keys)
+            self._caller = ScriptCaller(client, self._script_keys, self._reply_timeout)
             self._caller_client = client
         return await self._caller(script, args)
 

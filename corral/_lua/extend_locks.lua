@@ -4,7 +4,8 @@
 -- ARGV[1] key prefix of the queue's jobs ("bull:q:")
 -- ARGV[2] lock duration ms
 -- ARGV[3..] pairs: job id, lock token
--- Returns the ids whose lock is gone or held by another token (lost locks).
+-- Returns the tokens whose lock is gone or held by another token (lost locks); tokens, not
+-- ids, because a worker may hold a job again under a new token while an old lease of it runs.
 -- Error codes: none.
 -- @include keys
 
@@ -18,7 +19,7 @@ for i = 3, #ARGV, 2 do
     -- A renewed job is alive: take it off the stalled checker's suspect list.
     rcall("SREM", K_STALLED, job_id)
   else
-    lost[#lost + 1] = job_id
+    lost[#lost + 1] = ARGV[i + 1]
   end
 end
 return lost

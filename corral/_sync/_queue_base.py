@@ -43,6 +43,8 @@ class QueueBase:
         self._client: Redis | None = None
         self._caller: ScriptCaller | None = None
         self._caller_client: Redis | None = None
+        #: Reply timeout of the script calls when the client sets none (a worker sets it).
+        self._reply_timeout: float | None = None
 
     def client(self) -> Redis:
         """The redis-py client, opened and checked on first use."""
@@ -58,7 +60,7 @@ class QueueBase:
         if self._caller is None or self._caller_client is not client:
             if self._caller is not None:
                 self._caller.close()
-            self._caller = ScriptCaller(client, self._script_keys)
+            self._caller = ScriptCaller(client, self._script_keys, self._reply_timeout)
             self._caller_client = client
         return self._caller(script, args)
 

@@ -110,16 +110,23 @@ class ScriptCaller:
     prefix; packing them once per script (instead of redis-py encoding each argument at each
     call) is a large part of a job's client-side cost. The command goes out on the caller's
     own pipelined connection (:mod:`corral._wire`) when the client's settings allow it, else
-    on a connection of the client's pool; NOSCRIPT loads the script and retries, as
-    :func:`run_script` does.
+    on a connection of the client's pool. Either way a script is loaded on the connection
+    that runs it, and a NOSCRIPT is answered on that same connection (load, then the call
+    again), so a retry never travels on another connection than its call.
+
+    Args:
+        client: the queue's client.
+        keys: the queue's script keys.
+        reply_timeout: used when the client sets no socket timeout (a worker's calls are
+            short, and a dead connection must not hang them).
     """
 
-    def __init__(self, client: Redis, keys: list[str]) -> None:
+    def __init__(self, client: Redis, keys: list[str], reply_timeout: float | None = None) -> None:
         self._client = client
         self._keys = keys
         self._packed_keys = _wire.pack_args(keys)
         self._prefixes: dict[str, bytes] = {}
-        self._wire = Wire.open(client)
+        self._wire = Wire.open(client, default_timeout=reply_timeout)
 
     def _prefix(self, script: Script) -> bytes:
         prefix = self._prefixes.get(script.sha)
@@ -131,20 +138,23 @@ class ScriptCaller:
     def __call__(self, script: Script, args: list[Any]) -> Any:
         count = 3 + len(self._keys) + len(args)
         packed = b"*%d\r\n" % count + self._prefix(script) + _wire.pack_args(args)
-        try:
-            if self._wire is not None:
-                return self._wire.call(packed)
-            return self._pooled(packed)
-        except NoScriptError:
-            return run_script(self._client, script, self._keys, args)
+        if self._wire is not None:
+            return self._wire.call(packed, script)
+        return self._pooled(packed, script)
 
-    def _pooled(self, packed: bytes) -> Any:
+    def _pooled(self, packed: bytes, script: Script) -> Any:
         # redis-py leaves these connection calls partly untyped (and differently per API).
         pool: Any = self._client.connection_pool
         conn: Any = pool.get_connection()
         try:
             conn.send_packed_command([packed], check_health=False)
-            return conn.read_response()
+            try:
+                return conn.read_response()
+            except NoScriptError:
+                # On this same connection: load the script, then the call once more.
+                conn.send_packed_command([_wire.load_command(script), packed])
+                conn.read_response()
+                return conn.read_response()
         except ResponseError:
             raise  # the reply was read whole: the connection is fine
         except BaseException:

@@ -1,0 +1,376 @@
+"""A lease: the one owner of a fetched job, from the fetch until the server confirmed its end.
+
+Once a script hands a job to a worker, its :class:`Lease` holds the lock token, keeps the
+lock renewed (the worker's renewer asks every lease whether it still needs it), runs the
+processor, and sends the finish. Whatever happens in between ends in a settled job:
+
+- the processor returns: completed; it raises anything, ``BaseException`` included
+  (``SystemExit``, ``KeyboardInterrupt`` from a plain function, a ``CancelledError`` that
+  close did not cause): failed with a reason that says what, retried per the job's options;
+- the job's data cannot be decoded (Node wrote a lone surrogate, say): failed for good, with
+  a reason that says so, and the worker goes on;
+- close cuts it short: an async processor is cancelled and the job put back in wait; a plain
+  function cannot be stopped, so its lease keeps the lock until its thread ends;
+- a transport error on the finish: the finish is sent again with the same token (the token
+  check makes a repeat harmless), while the lock can still be valid; a resend refused because
+  the first send did land is recognised as the success it was.
+
+A lease never imports the worker: it is handed what it needs in a :class:`LeaseContext`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from corral import _scripts
+from corral._async.job import AsyncJob
+from corral._async.queue import AsyncQueue
+from corral._async.queue_schedulers import schedule_next_iteration
+from corral._finisher import Finisher
+from corral._supervisor import Outage
+from corral.clock import monotonic
+from corral.errors import (
+    DelayedError,
+    JobError,
+    RateLimitError,
+    UnrecoverableError,
+    WaitingChildrenError,
+    WaitingError,
+    script_error,
+    server_error_kind,
+)
+from corral.retry import RetryPolicy
+
+logger = logging.getLogger("corral.worker")
+
+
+class ProcessorCancelled(Exception):
+    """The processor let a ``CancelledError`` escape that the worker did not cause (it awaited
+    something that someone else cancelled): the attempt fails with this."""
+
+
+class LeaseState(enum.Enum):
+    HELD = "held"  # fetched, processor not started yet
+    RUNNING = "running"  # the processor runs
+    FINISHING = "finishing"  # the finish (or put-back) is on its way to the server
+    SETTLED = "settled"  # the server confirmed it, or the lease gave the job up
+
+
+@dataclass(slots=True)
+class LeaseContext:
+    """What the leases of one worker share; the worker builds it once."""
+
+    queue: AsyncQueue
+    finisher: Finisher
+    outage: Outage
+    policy: RetryPolicy
+    lock_s: float
+    #: Runs the processor on the job: awaits an async one, or a plain function in a thread.
+    run_processor: Callable[[AsyncJob], Awaitable[Any]]
+    #: Whether a finishing lease should take the slot's next job (not while closing).
+    want_next: Callable[[], bool]
+    #: The worker's event sink: ``emit(event, *args)``.
+    emit: Callable[..., Awaitable[None]]
+    #: Whether processors run in threads (they cannot be cancelled).
+    in_thread: bool
+
+
+class Lease:
+    """One fetched job. The worker creates it, awaits :meth:`run`, and renews while
+    :attr:`renewing`; close calls :meth:`cut_short` and, on a second signal, :meth:`abandon`."""
+
+    __slots__ = (
+        "_abandoned",
+        "_ctx",
+        "_cut",
+        "_fields",
+        "_task",
+        "_waiting_logged",
+        "job",
+        "job_id",
+        "renewed_at",
+        "state",
+        "token",
+    )
+
+    def __init__(self, fetched: _scripts.Fetched, ctx: LeaseContext) -> None:
+        self.job_id = fetched.job_id
+        self.token = fetched.token
+        self.state = LeaseState.HELD
+        #: When the lock was last known valid for ``lock_s`` more (monotonic seconds): the
+        #: fetch that set it, then each renewal the server confirmed.
+        self.renewed_at = monotonic()
+        self.job: AsyncJob | None = None
+        self._fields = fetched.fields
+        self._ctx = ctx
+        self._cut = False
+        self._abandoned = False
+        self._waiting_logged = False
+        self._task: asyncio.Task[Any] | None = None
+
+    # -- asked by the renewer and by close --------------------------------------------------
+
+    @property
+    def renewing(self) -> bool:
+        """Whether the lock must be kept: until the server has confirmed the job's end."""
+        return self.state is not LeaseState.SETTLED and not self._abandoned
+
+    def renewed(self, at: float) -> None:
+        self.renewed_at = max(self.renewed_at, at)
+
+    async def lock_lost(self) -> None:
+        """The renewer found the lock gone (expired, or the job was moved by someone else).
+        The processor runs on (BullMQ does the same); its finish will be refused."""
+        if self.state is not LeaseState.RUNNING and self.state is not LeaseState.HELD:
+            return  # a finish in flight deletes the lock: that is not a loss
+        logger.warning("worker %s: lost the lock of job %s", self._ctx.queue.name, self.job_id)
+        await self._ctx.emit("lock_lost", self.job_id)
+
+    def cut_short(self) -> None:
+        """Close's grace is over: cancel an async processor (the job goes back to wait); a
+        plain function cannot be stopped, so its lease keeps the lock until the thread ends."""
+        if self.state is not LeaseState.RUNNING or self._task is None:
+            return
+        if self._ctx.in_thread:
+            if not self._waiting_logged:
+                self._waiting_logged = True
+                logger.warning(
+                    "worker %s: job %s still runs in its thread after the grace period; "
+                    "waiting for it to end (its lock is kept, so no other worker takes it)",
+                    self._ctx.queue.name,
+                    self.job_id,
+                )
+            return
+        self._cut = True
+        self._task.cancel()
+
+    def abandon(self) -> None:
+        """A second signal: stop waiting for a thread that does not end. Its job keeps its
+        lock until that expires; then the stalled check gives it to another worker."""
+        if self.state is not LeaseState.RUNNING or self._task is None:
+            return
+        if not self._ctx.in_thread:
+            self.cut_short()
+            return
+        self._abandoned = True
+        logger.warning(
+            "worker %s: giving up on job %s (its thread still runs); it returns to wait "
+            "when its lock expires",
+            self._ctx.queue.name,
+            self.job_id,
+        )
+        self._task.cancel()
+
+    # -- the life of the job -----------------------------------------------------------------
+
+    async def run(self) -> _scripts.Fetched | None:
+        """Process the job and settle it; return the next job the finish took for the slot."""
+        self._task = asyncio.current_task()
+        try:
+            try:
+                job = self._ctx.queue._bind(self.job_id, self._fields, token=self.token)
+            except (ValueError, TypeError) as exc:
+                return await self._undecodable(exc)
+            self.job = job
+            return await self._process(job)
+        finally:
+            self.state = LeaseState.SETTLED
+
+    async def _process(self, job: AsyncJob) -> _scripts.Fetched | None:
+        ctx = self._ctx
+        self.state = LeaseState.RUNNING
+        result: Any = None
+        try:
+            await ctx.emit("active", job)
+            if job.repeat_job_key:  # a scheduler's iteration: create the next one now
+                await self._retrying("schedule", lambda: schedule_next_iteration(job.queue, job))
+            result = await ctx.run_processor(job)
+            values = job.completion(result, self.token)  # refuses a value JSON cannot carry
+        except asyncio.CancelledError:
+            if self._cut or self._abandoned:
+                _uncancel(self._task)
+                if not self._abandoned:
+                    await self._put_back(job)
+                return None
+            error: BaseException = ProcessorCancelled(
+                "the processor raised CancelledError (it awaited something that was "
+                "cancelled); the worker did not cancel it"
+            )
+            values = await self._failed(job, error)
+        except (DelayedError, WaitingError, WaitingChildrenError) as exc:
+            return await self._moved_by_processor(job, exc)
+        except RateLimitError:
+            await self._put_back(job, quiet=True)
+            return None
+        except TypeError as exc:
+            if "JSON" in str(exc) or "serializ" in str(exc):
+                exc = TypeError(f"return value is not JSON serializable: {exc}")
+            values = await self._failed(job, exc)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: the job's, not ours
+            values = await self._failed(job, exc)
+        else:
+            return await self._finish(job, values, completed=True, result=result)
+        return await self._finish(job, values, completed=False)
+
+    async def _failed(self, job: AsyncJob, error: BaseException) -> list[Any]:
+        await self._ctx.emit("failed", job, error)
+        return job.failure(error, self.token, self._ctx.policy)
+
+    async def _undecodable(self, exc: Exception) -> _scripts.Fetched | None:
+        """The job hash holds a field Python cannot decode (JSON with a lone surrogate, a
+        number that is not one): fail the job for good, naming the field; the same bytes
+        would fail every retry."""
+        bad, safe = [], {}
+        for name, value in self._fields.items():
+            try:  # the record's own decoding, one field at a time
+                AsyncJob.from_hash(self._ctx.queue.name, self.job_id, {name: value})
+            except (ValueError, TypeError):
+                bad.append(name)
+            else:
+                safe[name] = value
+        what = ", ".join(bad) or "hash"
+        reason = f"job {what} cannot be decoded: {exc}"
+        logger.warning("worker %s: job %s: %s", self._ctx.queue.name, self.job_id, reason)
+        job = self._ctx.queue._bind(self.job_id, safe, token=self.token)
+        self.job = job
+        values = await self._failed(job, UnrecoverableError(reason))
+        return await self._finish(job, values, completed=False)
+
+    # -- talking to the server -----------------------------------------------------------------
+
+    def _lock_expired(self) -> bool:
+        return monotonic() > self.renewed_at + self._ctx.lock_s
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``call``; after a transient error run it again, while the lock is valid.
+
+        Raises:
+            TimeoutError: the lock expired before the call got through.
+        """
+        outage = self._ctx.outage
+        while True:
+            try:
+                result = await call()
+            except Exception as exc:
+                if server_error_kind(exc) != "transient":
+                    raise
+                if self._lock_expired():
+                    raise TimeoutError(
+                        f"{what} of job {self.job_id} not confirmed before its lock expired"
+                    ) from exc
+                await asyncio.sleep(outage.failed(what, exc))
+            else:
+                outage.succeeded()
+                return result
+
+    async def _finish(
+        self, job: AsyncJob, values: list[Any], *, completed: bool, result: Any = None
+    ) -> _scripts.Fetched | None:
+        ctx = self._ctx
+        self.state = LeaseState.FINISHING
+        want = ctx.want_next()
+        sends = 0
+
+        async def send() -> tuple[int, _scripts.Fetched | None]:
+            nonlocal sends
+            sends += 1
+            # A resend takes no next job: the fetch loop does that once the server is back.
+            return await ctx.finisher.finish(values, wants_next=want and sends == 1)
+
+        code: int
+        fetched: _scripts.Fetched | None
+        try:
+            code, fetched = await self._retrying("finish", send)
+        except Exception as exc:
+            self._not_finished(exc)
+            return None
+        if code < 0 and sends > 1:
+            code = await self._landed(code)
+        if code < 0:
+            err = script_error(code, queue=ctx.queue.name, job_id=job.id)
+            logger.warning("worker %s: job %s not finished: %s", ctx.queue.name, job.id, err)
+            await ctx.emit("lock_lost", job.id)
+        else:
+            job.attempts_made = code
+            if completed:
+                job.returnvalue = result
+                await ctx.emit("completed", job, result)
+        return fetched
+
+    async def _landed(self, code: int) -> int:
+        """A resent finish was refused: tell whether the first send did land (then the job's
+        attempts made, else ``code``). It did when the job ended an attempt after our fetch
+        and was not recovered from a stall since (only the holder of the lock ends attempts,
+        and a stall recovery counts ``stc``); a job already gone was removed by its
+        retention."""
+        client = await self._ctx.queue.client()
+        key = self._ctx.queue.keys.job(self.job_id)
+        name, stc, atm = (_text(v) for v in await client.hmget(key, "name", "stc", "atm"))
+        before = self._fields
+        if name is None:
+            return int(before.get("atm") or 0) + 1
+        made = int(atm or 0)
+        if int(stc or 0) == int(before.get("stc") or 0) and made > int(before.get("atm") or 0):
+            return made
+        return code
+
+    def _not_finished(self, exc: BaseException) -> None:
+        # Left active with a lock that nobody renews: the stalled check gives it back to wait
+        # once the lock expires, so it is not lost (it runs again: at least once).
+        logger.warning(
+            "worker %s: job %s: %s; the stalled check will give it back",
+            self._ctx.queue.name,
+            self.job_id,
+            exc,
+            exc_info=server_error_kind(exc) == "other",
+        )
+
+    async def _put_back(self, job: AsyncJob, *, quiet: bool = False) -> None:
+        """Return the job to wait unfinished (close cut it short, or a rate limit)."""
+        self.state = LeaseState.FINISHING
+        try:
+            await self._retrying("put back", lambda: job.move_to_wait(self.token))
+        except JobError as exc:
+            logger.warning("worker %s: job %s not put back: %s", job.queue_name, job.id, exc)
+            await self._ctx.emit("lock_lost", job.id)
+        except Exception as exc:
+            self._not_finished(exc)
+        else:
+            if not quiet:
+                logger.info("worker %s: job %s cut short, back in wait", job.queue_name, job.id)
+        return None
+
+    async def _moved_by_processor(
+        self, job: AsyncJob, exc: BaseException
+    ) -> _scripts.Fetched | None:
+        """The processor says it moved the job itself (delayed, wait, waiting-children). If it
+        did not (its lock is still ours), the job would be stuck active: fail it instead."""
+        if job.token is None:
+            return None  # moved with this job object: the move cleared its token
+        client = await self._ctx.queue.client()
+        holder = await client.get(self._ctx.queue.keys.lock(self.job_id))
+        if holder != self.token:
+            return None
+        error = UnrecoverableError(
+            f"the processor raised {type(exc).__name__} but did not move the job "
+            "(call job.move_to_delayed(), move_to_wait() or move_to_waiting_children() first)"
+        )
+        values = await self._failed(job, error)
+        return await self._finish(job, values, completed=False)
+
+
+def _text(value: str | bytes | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _uncancel(task: asyncio.Task[Any] | None) -> None:
+    # The lease handles the cancellation it asked for; on 3.11+ say so, or later waits of the
+    # task (asyncio.timeout) would think it is still being cancelled.
+    if task is not None and sys.version_info >= (3, 11):
+        task.uncancel()
