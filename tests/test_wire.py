@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,6 +17,7 @@ from redis.credentials import UsernamePasswordCredentialProvider
 from redis.exceptions import NoScriptError, ResponseError
 
 from corral import AsyncQueue, Worker
+from corral._scripts import Script
 from corral._wire import AsyncWire, Params, pack, pack_args, params_of
 from corral.worker import run_event_loop
 
@@ -178,6 +180,87 @@ async def test_user_password_database_and_name_are_set_up(redis_url: str, r: red
     with pytest.raises(redis.AuthenticationError):
         await bad.call(pack(["PING"]))
     bad.close()
+
+
+_APPEND = Script(
+    "append_test",
+    "return redis.call('RPUSH', KEYS[1], ARGV[1])",
+    hashlib.sha1(b"return redis.call('RPUSH', KEYS[1], ARGV[1])").hexdigest(),
+)
+_OTHER = Script(
+    "other_test",
+    "redis.call('RPUSH', KEYS[1], ARGV[1]) return 0",
+    hashlib.sha1(b"redis.call('RPUSH', KEYS[1], ARGV[1]) return 0").hexdigest(),
+)
+
+
+def _evalsha(script: Script, value: str) -> bytes:
+    return pack(["EVALSHA", script.sha, 1, "order", value])
+
+
+def _noscript_errors(r: redis.Redis) -> int:
+    return int(r.info("errorstats").get("errorstat_NOSCRIPT", {}).get("count", 0))
+
+
+async def test_a_script_flush_is_answered_on_the_same_connection_in_call_order(
+    wire: AsyncWire, r: redis.Redis
+) -> None:
+    await wire.call(_evalsha(_APPEND, "warm"), _APPEND)
+    await wire.call(_evalsha(_OTHER, "warm"), _OTHER)
+    r.delete("order")
+    r.script_flush()
+    # Calls of two scripts in flight together all meet NOSCRIPT; each is loaded and sent
+    # again on the spot, so their effects keep the order in which they were called.
+    calls = [(_APPEND, _OTHER)[i % 2] for i in range(40)]
+    await asyncio.gather(*(wire.call(_evalsha(s, str(i)), s) for i, s in enumerate(calls)))
+    assert r.lrange("order", 0, -1) == [str(i) for i in range(40)]
+    assert len(_wire_clients(r)) == 1
+
+
+async def test_a_new_connection_loads_the_scripts_before_any_call(
+    wire: AsyncWire, r: redis.Redis
+) -> None:
+    await wire.call(_evalsha(_APPEND, "before"), _APPEND)
+    r.script_flush()  # as a restarted server: no scripts...
+    r.client_kill_filter(_type="normal", skipme=True, _id=_wire_clients(r)[0]["id"])
+    errors = _noscript_errors(r)
+    with pytest.raises(redis.ConnectionError):  # ...and the connection is gone
+        await wire.call(_evalsha(_APPEND, "lost"), _APPEND)
+    assert await wire.call(_evalsha(_APPEND, "after"), _APPEND) == 2
+    assert _noscript_errors(r) == errors  # loaded at connect: not one NOSCRIPT
+
+
+async def test_an_idle_connection_is_probed_when_health_checks_are_asked(
+    redis_url: str, r: redis.Redis
+) -> None:
+    w = AsyncWire(_params(redis_url, timeout=0.4, health_check_interval=0.2, client_name="hc"))
+    try:
+        assert await w.call(pack(["ECHO", "x"])) == "x"
+        deadline = time.monotonic() + 10
+        while _wire_clients(r, "hc")[0]["cmd"] != "ping":
+            assert time.monotonic() < deadline, "no health probe on the idle connection"
+            await asyncio.sleep(0.05)
+    finally:
+        w.close()
+
+
+async def test_a_black_holed_connection_is_dropped_and_the_call_retried_elsewhere(
+    redis_url: str,
+) -> None:
+    from tests.faults.proxy import FaultProxy
+
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    with FaultProxy(port) as proxy:
+        w = AsyncWire(_params(proxy.url, timeout=0.3))
+        try:
+            assert await w.call(pack(["ECHO", "a"])) == "a"
+            proxy.blackhole()
+            with pytest.raises(redis.TimeoutError):  # a peer that vanished: no hang
+                await w.call(pack(["ECHO", "b"]))
+            proxy.heal()
+            assert await w.call(pack(["ECHO", "c"])) == "c"
+        finally:
+            w.close()
 
 
 async def test_queue_scripts_use_the_wire_and_survive_a_script_flush(

@@ -56,8 +56,16 @@ class FaultProxy:
             self._server.close()
             self.drop()
             self._server = None
+            self._call(self._cancel_all())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._loop.close()
+
+    async def _cancel_all(self) -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def __enter__(self) -> FaultProxy:
         return self.start()
