@@ -41,7 +41,7 @@ from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._threads import DaemonThreadPool
 from corral.clock import now_ms
-from corral.errors import InvalidOptionError, server_error_kind
+from corral.errors import ConfigurationError, InvalidOptionError, server_error_kind
 from corral.options import Duration
 from corral.retry import BackoffStrategy, RetryPolicy
 
@@ -301,7 +301,10 @@ class Worker:
             try:
                 await check_server(client, strict=self._strict, owned=owned)
             except Exception as exc:
-                if server_error_kind(exc) != "transient":
+                kind = server_error_kind(exc)
+                if kind == "configuration":
+                    raise ConfigurationError(f"worker {self.queue_name}: {exc}") from None
+                if kind != "transient":
                     raise
                 await self._wait_for_server(exc)
                 if self._closing:
