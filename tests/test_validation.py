@@ -133,6 +133,10 @@ def test_queue_construction_refuses(
         ({"concurrency": 2.5}, "concurrency must be an integer >= 1"),
         ({"lock_duration": -1}, "lock_duration must be a finite number >= 0"),
         ({"drain_delay": math.nan}, "drain_delay must be a finite number >= 0"),
+        # Zero would busy-loop (a lock that expires as it is set, a check without end).
+        ({"lock_duration": 0}, "lock_duration must be more than 0, got 0"),
+        ({"stalled_interval": 0}, "stalled_interval must be more than 0, got 0"),
+        ({"drain_delay": 0.0001}, "drain_delay must be more than 0, got 0.0001"),
     ],
 )
 def test_worker_construction_refuses(redis_url: str, kwargs: dict[str, Any], message: str) -> None:
