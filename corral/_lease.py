@@ -134,7 +134,11 @@ class Lease:
 
     def cut_short(self) -> None:
         """Close's grace is over: cancel an async processor (the job goes back to wait); a
-        plain function cannot be stopped, so its lease keeps the lock until the thread ends."""
+        plain function cannot be stopped, so its lease keeps the lock until the thread ends.
+        A job not started yet is put back without starting."""
+        if self.state is LeaseState.HELD:
+            self._cut = True  # run() sees it before starting the processor
+            return
         if self.state is not LeaseState.RUNNING or self._task is None:
             return
         if self._ctx.in_thread:
@@ -153,10 +157,10 @@ class Lease:
     def abandon(self) -> None:
         """A second signal: stop waiting for a thread that does not end. Its job keeps its
         lock until that expires; then the stalled check gives it to another worker."""
-        if self.state is not LeaseState.RUNNING or self._task is None:
-            return
-        if not self._ctx.in_thread:
+        if self.state is LeaseState.HELD or not self._ctx.in_thread:
             self.cut_short()
+            return
+        if self.state is not LeaseState.RUNNING or self._task is None:
             return
         self._abandoned = True
         logger.warning(
@@ -178,6 +182,9 @@ class Lease:
             except (ValueError, TypeError) as exc:
                 return await self._undecodable(exc)
             self.job = job
+            if self._cut:  # close cut it short before it started
+                await self._put_back(job)
+                return None
             return await self._process(job)
         finally:
             self.state = LeaseState.SETTLED
