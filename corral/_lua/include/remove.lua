@@ -23,12 +23,14 @@ local function apply_retention(set_key, prefix, job_id, keep, max_age_ms, now)
     end
   end
   if keep > 0 then
-    local extra = rcall("ZRANGE", set_key, 0, -(keep + 1))
-    local n = math.min(#extra, 1000)
-    for i = 1, n do
-      delete_job(prefix .. extra[i])
-    end
+    -- Count first and read only the surplus: reading ranks 0..-(keep+1) would return the
+    -- whole set when most of it is surplus (a queue that kept 1M jobs, then keeps 10).
+    local n = math.min(rcall("ZCARD", set_key) - keep, 1000)
     if n > 0 then
+      local extra = rcall("ZRANGE", set_key, 0, n - 1)
+      for i = 1, n do
+        delete_job(prefix .. extra[i])
+      end
       rcall("ZREMRANGEBYRANK", set_key, 0, n - 1)
     end
   end
