@@ -42,8 +42,9 @@ class Outage:
     debug level; the first success after it logs how long the server was away.
     """
 
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str, log: logging.Logger = logger) -> None:
         self.owner = owner
+        self._log = log
         self.failures = 0
         self._since: float | None = None
 
@@ -56,17 +57,17 @@ class Outage:
         self.failures += 1
         if self._since is None:
             self._since = monotonic()
-            logger.warning(
+            self._log.warning(
                 "%s: %s: %s; retrying until the server is back", self.owner, what, _brief(exc)
             )
         else:
-            logger.debug("%s: %s: %s (retry %d)", self.owner, what, _brief(exc), self.failures)
+            self._log.debug("%s: %s: %s (retry %d)", self.owner, what, _brief(exc), self.failures)
         return backoff.reconnect_delay(self.failures)
 
     def succeeded(self) -> None:
         """Note a call that got through; ends the episode if one was going on."""
         if self._since is not None:
-            logger.warning(
+            self._log.warning(
                 "%s: server back after %.1fs (%d retries)",
                 self.owner,
                 monotonic() - self._since,

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import logging
+from asyncio import sleep
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 from typing_extensions import Unpack
 
 from corral import _codec, _scripts, options
+from corral._adds import MAX_ADD_RETRIES, AddCalls, add_retry_delay
 from corral._async.job import AsyncJob
 from corral._async.queue_schedulers import AsyncQueueSchedulers
 from corral._keys import DEFAULT_PREFIX
+from corral._supervisor import Outage
 from corral.clock import now_ms
-from corral.errors import InvalidOptionError, JobNotFoundError, ParentNotFoundError
+from corral.errors import (
+    InvalidOptionError,
+    JobNotFoundError,
+    ParentNotFoundError,
+    server_error_kind,
+)
 from corral.job import JobState
 from corral.options import JobOptions, JobOptionsDict
 
@@ -41,6 +50,8 @@ LIST_STATES = frozenset({"waiting", "wait", "paused", "active"})
 #: ``add_bulk`` items: ``(name, data)`` or ``(name, data, options)``.
 BulkItem = tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]
 
+logger = logging.getLogger("corral.queue")
+
 
 class AsyncQueue(AsyncQueueSchedulers):
     """A queue in BullMQ 6.x's layout, for asyncio code.
@@ -53,6 +64,12 @@ class AsyncQueue(AsyncQueueSchedulers):
         default_job_options: options applied to every job unless ``add`` says otherwise.
         backoff_types: names of custom backoff strategies the workers register.
         strict: refuse, rather than warn about, a server whose maxmemory-policy evicts keys.
+        add_retries: how often ``add`` and ``add_bulk`` send a call again after a transient
+            error (a dropped connection, a server restarting or failing over, ``OOM``,
+            ``BUSY``), waiting 50 ms doubling to 1 s between tries; 20 by default (about 10
+            to 20 s of outage), at most 100, 0 to raise at once. Each call is numbered, so a
+            call sent again after its first send did land returns that send's jobs and
+            creates nothing.
 
     Example::
 
@@ -69,8 +86,12 @@ class AsyncQueue(AsyncQueueSchedulers):
         default_job_options: JobOptionsDict | None = None,
         backoff_types: Collection[str] = (),
         strict: bool = False,
+        add_retries: int = 20,
     ) -> None:
         super().__init__(name, connection=connection, prefix=prefix, strict=strict)
+        self.add_retries = options.int_option("add_retries", add_retries, 0, MAX_ADD_RETRIES)
+        self._adds = AddCalls(enabled=self.add_retries > 0)
+        self._add_outage = Outage(f"queue {name}", logger)
         self.backoff_types = frozenset(backoff_types)
         self.default_job_options: JobOptionsDict = dict(default_job_options or {})  # type: ignore[assignment]
         # Checked now, so a bad default fails at construction rather than at the first add;
@@ -161,10 +182,45 @@ class AsyncQueue(AsyncQueueSchedulers):
             ParentNotFoundError: the parent does not exist; nothing was written.
         """
         args = self._prepare(name, data, options)
-        reply = await self._run(_scripts.ADD_JOB, args)
+        reply = await self._send_add(_scripts.ADD_JOB, lambda call: [*args, *call])
         if isinstance(reply, int):
             raise missing_parent(args[9])
         return await self._result(args, reply)
+
+    async def _send_add(self, script: _scripts.Script, build: Callable[[list[Any]], Any]) -> Any:
+        """Run an add script (``build`` makes its ARGV from the call's four numbering values),
+        sending it again after a transient error, at most ``add_retries`` times.
+
+        The first send may have landed although its reply was lost: the call's number makes
+        the server answer a resend with what the first send created (include/resend.lua).
+        """
+        calls = self._adds
+        number = calls.number() if calls.producer else ""
+        retries = 0
+        while True:
+            done = calls.to_forget()
+            try:
+                reply = await self._run(script, build([calls.producer, number, *done]))
+            except Exception as exc:
+                calls.not_forgotten(done)
+                if retries >= self.add_retries or server_error_kind(exc) != "transient":
+                    if retries:
+                        logger.warning(
+                            "queue %s: add not sent after %d retries: %s", self.name, retries, exc
+                        )
+                    raise
+                retries += 1
+                self._add_outage.failed("add", exc)
+                await sleep(add_retry_delay(retries))
+                continue
+            if retries:
+                self._add_outage.succeeded()
+            if isinstance(number, int):
+                if _refused(reply):  # a refused call writes nothing: it forgot nothing
+                    calls.not_forgotten(done)
+                elif _created_any(reply):
+                    calls.heard(number, resent=retries > 0)
+            return reply
 
     async def _result(self, args: list[Any], reply: list[Any]) -> AsyncJob:
         """The job an add answered with: the new one, or the one that made it a no-op."""
@@ -217,8 +273,9 @@ class AsyncQueue(AsyncQueueSchedulers):
         if not prepared:
             return []
         shared = self._prepare("shared", None, {})[1:]
-        replies = await self._run(
-            _scripts.ADD_JOBS, [self._job_prefix, len(prepared), *shared, *records]
+        head = [self._job_prefix, len(prepared)]
+        replies = await self._send_add(
+            _scripts.ADD_JOBS, lambda call: [*head, *call, *shared, *records]
         )
         if replies and replies[0] == -7:
             raise missing_parent(_codec.text(replies[1]))
@@ -286,6 +343,17 @@ class AsyncQueue(AsyncQueueSchedulers):
             counts = await pipe.execute()
         return {state: int(n) for state, n in zip(wanted, counts, strict=True)}
 
+    async def close(self) -> None:
+        """Close the client, unless it was given by the caller. The answers the server kept
+        for this queue's adds (to answer a resend) are deleted: no resend can come now."""
+        if self._adds.used and self._client is not None:
+            try:
+                client = await self.client()
+                await client.delete(self.keys.key(f"x-add:{self._adds.producer}"))
+            except Exception as exc:  # the server is away: they expire on their own
+                logger.debug("queue %s: answers of adds not deleted: %s", self.name, exc)
+        await super().close()
+
     async def __aenter__(self) -> AsyncQueue:
         return self
 
@@ -303,6 +371,20 @@ def external_parents(prepared: Iterable[list[Any]]) -> list[str]:
         if args[1]:
             created.add(args[0] + args[1])
     return parents
+
+
+def _refused(reply: Any) -> bool:
+    """Whether an add_job / add_jobs reply is a refusal (-7: a parent is missing)."""
+    return isinstance(reply, int) or bool(reply and reply[0] == -7)
+
+
+def _created_any(reply: Any) -> bool:
+    """Whether an add_job / add_jobs reply says jobs were created (the server kept it)."""
+    if not reply:
+        return False
+    if isinstance(reply[0], list):
+        return any(item[1] == 1 for item in reply)
+    return bool(reply[1] == 1)
 
 
 def missing_parent(parent_key: str) -> ParentNotFoundError:

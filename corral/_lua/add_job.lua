@@ -19,21 +19,40 @@
 --          still delayed (debounce)                    ARGV[17] "1" for keep-last-if-active
 -- ARGV[18] idempotency key, or "" (corral's: K:x-idem:<key>, field `x-idem` on the job)
 -- ARGV[19] idempotency window ms
+-- ARGV[20] the producer's id, or "" (no resend protection; include/resend.lua)
+-- ARGV[21] the number of this call among the producer's adds
+-- ARGV[22], ARGV[23] numbers of earlier calls whose answers the producer has heard, or ""
+--          (ARGV[20..23] may be left out: a flow's jobs, added in one transaction, are not
+--          resent)
 -- Returns {job id, 1} when the job was created; {job id, 0} when a job with that custom id
 -- already existed (nothing is written but a `duplicated` event; it is not linked to the
 -- parent); {kept job id, 3} when the deduplication id is held by another job (a
 -- `deduplicated` event; with keep-last-if-active and the holder active, this add is kept in
 -- K:dn:<id> to run after it); {first job id, 2, state, value, name} when the idempotency key
 -- was used within its window (state "" while unfinished, else "completed" with the return
--- value or "failed" with the reason).
+-- value or "failed" with the reason). A call sent again after it created its job gets
+-- {job id, 1} again and writes nothing.
 -- Error codes: -7 the parent does not exist (nothing is written, K:id is not counted).
 -- @include keys
 -- @include events
 -- @include scores
 -- @include remove
 -- @include add
+-- @include resend
 
+local prefix, producer, seq = ARGV[1], ARGV[20] or "", ARGV[21]
+local earlier = earlier_answer(prefix, producer, seq)
+if earlier then
+  return earlier
+end
 local function arg(i)
   return ARGV[i]
 end
-return add_one(ARGV[1], arg, events_max_len())
+local answer = add_one(prefix, arg, events_max_len())
+if type(answer) == "table" then -- a refused add (-7) writes nothing, forgets nothing
+  forget_answers(prefix, producer, ARGV[22], ARGV[23])
+  if answer[2] == 1 then
+    keep_answer(prefix, producer, seq, answer, RESEND_TTL_MS)
+  end
+end
+return answer

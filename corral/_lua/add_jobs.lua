@@ -7,24 +7,29 @@
 -- KEYS: the queue's keys in corral._keys order (include/keys.lua), as add_job.
 -- ARGV[1] key prefix of the queue's jobs ("bull:q:")
 -- ARGV[2] n, the number of jobs
--- ARGV[3..20] a shared group: 18 values as add_job.lua's ARGV[2..19], used by short records
--- ARGV[21..] n records, each a size then its values:
+-- ARGV[3..6] the producer's id ("" for none), this call's number, and two numbers of earlier
+--          calls whose answers the producer has heard, as add_job.lua's ARGV[20..23]
+-- ARGV[7..24] a shared group: 18 values as add_job.lua's ARGV[2..19], used by short records
+-- ARGV[25..] n records, each a size then its values:
 --          18, then add_job.lua's ARGV[2..19] in that order (a job with options of its own);
 --          4, then custom id, name, data, timestamp (add_job's ARGV[2], [3], [4], [6]): a job
 --          whose other values are the shared group's. Most bulk adds give no options: four
 --          values a job instead of eighteen make the call about a third cheaper.
 -- Returns {reply1, ..., replyN}, each as add_job.lua returns it, or {-7, parent key} when a
--- parent is missing (nothing was written).
+-- parent is missing (nothing was written). A call sent again after it created jobs gets the
+-- same replies again and writes nothing.
 -- Error codes: -7 (see above).
 -- @include keys
 -- @include events
 -- @include scores
 -- @include remove
 -- @include add
+-- @include resend
 
 local prefix = ARGV[1]
 local n = tonumber(ARGV[2])
-local SHARED = 3
+local producer, seq = ARGV[3], ARGV[4]
+local SHARED = 7
 -- Which of add_job's ARGV a short record carries, and where: index -> offset in the record.
 local SHORT = {[2] = 0, [3] = 1, [4] = 2, [6] = 3}
 
@@ -45,11 +50,16 @@ local function short_reader(start)
 end
 
 local readers = {}
-local cursor = 21
+local cursor = 25
 for i = 1, n do
   local size = tonumber(ARGV[cursor])
   readers[i] = size == 18 and full_reader(cursor + 1) or short_reader(cursor + 1)
   cursor = cursor + 1 + size
+end
+
+local earlier = earlier_answer(prefix, producer, seq)
+if earlier then
+  return earlier
 end
 
 -- The parents named by the jobs must exist, or be created by an earlier job of the call.
@@ -64,11 +74,17 @@ for i = 1, n do
     created[prefix .. arg(2)] = true
   end
 end
+forget_answers(prefix, producer, ARGV[5], ARGV[6])
 local max_len = events_max_len()
 local replies = {}
+local created_any = false
 begin_batch()
 for i = 1, n do
   replies[i] = add_one(prefix, readers[i], max_len)
+  created_any = created_any or replies[i][2] == 1
 end
 end_batch()
+if created_any then
+  keep_answer(prefix, producer, seq, replies, RESEND_TTL_MS)
+end
 return replies

@@ -23,7 +23,7 @@ def job_hashes(r: redis.Redis, queue: str = "q") -> list[str]:
     structures = {
         "wait", "paused", "active", "prioritized", "pc", "delayed", "waiting-children",
         "completed", "failed", "marker", "events", "meta", "stalled", "stalled-check",
-        "limiter", "id", "de",
+        "limiter", "id", "de", "x-add",
     }  # fmt: skip
     return sorted(k for k in r.keys(f"bull:{queue}:*") if k.split(":")[2] not in structures)
 
