@@ -26,6 +26,8 @@ SUBS = [
     (r"\basync with\b", "with"),
     (r"\basync for\b", "for"),
     (r"\bawait ", ""),
+    # The blocking API has no event loop (corral._async._redis.running_loop).
+    (r"\basyncio\.get_running_loop\(\)", "None"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aiter__\b", "__iter__"),
     (r"\b__anext__\b", "__next__"),

@@ -7,7 +7,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from corral import options
-from corral._async._redis import ScriptCaller, check_server, open_client
+from corral._async._redis import LazyClient, ScriptCaller
 from corral._async.job import AsyncJob
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._scripts import Script
@@ -37,28 +37,38 @@ class AsyncQueueBase:
         self.keys = QueueKeys(name, prefix)
         self._script_keys = self.keys.script_keys()
         self._job_prefix = self.keys.base + ":"
-        self._connection = connection
-        self._strict = strict
-        self._client: Redis | None = None
+        self._clients = LazyClient(connection, strict=strict)
+        self._clients.on_new_loop.append(self._abandon_caller)
         self._caller: ScriptCaller | None = None
         self._caller_client: Redis | None = None
         #: Reply timeout of the script calls when the client sets none (a worker sets it).
         self._reply_timeout: float | None = None
 
+    @property
+    def _connection(self) -> str | Redis | None:
+        return self._clients.connection
+
+    @property
+    def _client(self) -> Redis | None:
+        return self._clients.current
+
     async def client(self) -> Redis:
-        """The redis-py client, opened and checked on first use."""
-        if self._client is None:
-            client = open_client(self._connection)
-            await check_server(client, strict=self._strict, owned=client is not self._connection)
-            self._client = client
-        return self._client
+        """The redis-py client, opened and checked on first use (and again when used from a
+        new event loop, unless the client was given)."""
+        return await self._clients.get()
+
+    def _abandon_caller(self) -> None:
+        if self._caller is not None:
+            self._caller.abandon()
+            self._caller = self._caller_client = None
 
     async def _run(self, script: Script, args: list[Any]) -> Any:
         """Run one of the queue's scripts with the queue's keys."""
         client = await self.client()
         if self._caller is None or self._caller_client is not client:
-            if self._caller is not None:
-                self._caller.close()
+            # A new client is one opened again on a new event loop: the old caller's
+            # connection is on the loop that ended.
+            self._abandon_caller()
             self._caller = ScriptCaller(client, self._script_keys, self._reply_timeout)
             self._caller_client = client
         return await self._caller(script, args)
@@ -83,7 +93,5 @@ class AsyncQueueBase:
 
     async def close(self) -> None:
         """Close the client, unless it was given by the caller."""
+        await self._clients.close()  # first: on a new event loop it abandons the caller
         self._close_caller()
-        if self._client is not None and self._client is not self._connection:
-            await self._client.aclose()
-        self._client = None

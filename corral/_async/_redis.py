@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -52,6 +53,73 @@ async def check_server(client: Redis, *, strict: bool = False, owned: bool = Tru
         if owned:
             await client.aclose()
         raise
+
+
+def running_loop() -> object:
+    """The caller's event loop (``None`` in the blocking twin, which has none)."""
+    return asyncio.get_running_loop()
+
+
+class LazyClient:
+    """The client of one queue-facing object (a queue, a flow producer, an events reader).
+
+    It is opened and checked on first use; callers that get there at the same time share one
+    client (the others' are closed). A client corral opened itself is opened again when the
+    object is used from a new event loop (a second ``asyncio.run()``): the old one's
+    connections belong to a loop that is gone, and would fail or hang there. A client given
+    by the caller stays the caller's, on whatever loop the caller uses it.
+    """
+
+    def __init__(self, connection: str | Redis | None, *, strict: bool = False) -> None:
+        self.connection = connection
+        self.strict = strict
+        #: The client once opened (``None`` before, and after :meth:`close`).
+        self.current: Redis | None = None
+        self._loop: object = None
+        #: Called with no argument when a client opened on an ended loop is dropped.
+        self.on_new_loop: list[Any] = []
+
+    @property
+    def owned(self) -> bool:
+        return self.current is not None and self.current is not self.connection
+
+    def _follow_loop(self) -> object:
+        """Drop what belongs to an event loop that is no longer the caller's."""
+        loop = running_loop()
+        if self.current is not None and loop is not self._loop:
+            if self._loop is not None:  # used on another loop before
+                for callback in self.on_new_loop:
+                    callback()
+                if self.owned:
+                    self.current = None  # its sockets go with the old loop
+            self._loop = loop
+        return loop
+
+    async def get(self) -> Redis:
+        loop = self._follow_loop()
+        if self.current is None:
+            client = open_client(self.connection)
+            owned = client is not self.connection
+            await check_server(client, strict=self.strict, owned=owned)
+            if self.current is None:
+                self.current = client
+                self._loop = loop
+            elif owned:  # another caller opened one meanwhile
+                await client.aclose()
+        return self.current
+
+    def use(self, client: Redis) -> None:
+        """Use ``client`` as if it had been given (checked already, closed by its owner)."""
+        self.connection = self.current = client
+        self._loop = None
+
+    async def close(self) -> None:
+        """Close the client if corral opened it."""
+        self._follow_loop()
+        if self.owned:
+            assert self.current is not None
+            await self.current.aclose()
+        self.current = None
 
 
 async def run_script(client: Redis, script: Script, keys: list[str], args: list[Any]) -> Any:
@@ -166,4 +234,12 @@ class ScriptCaller:
     def close(self) -> None:
         """Close the caller's own connection (the client's pool is the client's)."""
         if self._wire is not None:
-            self._wire.close()
+            try:
+                self._wire.close()
+            except RuntimeError:  # its event loop has ended: nothing to close it with
+                self.abandon()
+
+    def abandon(self) -> None:
+        """Drop the caller's connection without closing it: its event loop has ended (closing
+        needs the loop; the socket is closed when it is collected)."""
+        self._wire = None

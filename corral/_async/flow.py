@@ -16,7 +16,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from corral import _codec, _scripts, options
-from corral._async._redis import check_server, open_client, run_atomically
+from corral._async._redis import LazyClient, run_atomically
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue, external_parents, missing_parent
 from corral._keys import DEFAULT_PREFIX, split_job_key
@@ -58,25 +58,27 @@ class AsyncFlowProducer:
         strict: bool = False,
     ) -> None:
         self.prefix = options.check_name("prefix", prefix)
-        self._connection = connection
-        self._strict = strict
-        self._client: Redis | None = None
+        self._clients = LazyClient(connection, strict=strict)
         self._queues: dict[tuple[str, str], AsyncQueue] = {}
+
+    @property
+    def _client(self) -> Redis | None:
+        return self._clients.current
 
     async def client(self) -> Redis:
         """The redis-py client, opened and checked on first use (shared by every queue)."""
-        if self._client is None:
-            client = open_client(self._connection)
-            await check_server(client, strict=self._strict, owned=client is not self._connection)
-            self._client = client
+        before = self._clients.current
+        client = await self._clients.get()
+        if client is not before:  # opened now (or again, on a new event loop)
             for queue in self._queues.values():
                 self._attach(queue)
-        return self._client
+        return client
 
     def _attach(self, queue: AsyncQueue) -> None:
         # The queue uses the producer's client as if it had been given it: it is checked
         # already, and closing the queue leaves it open.
-        queue._connection = queue._client = self._client
+        assert self._client is not None
+        queue._clients.use(self._client)
 
     def _queue(self, name: str, prefix: str | None = None) -> AsyncQueue:
         """The queue ``name`` (no I/O: nodes are prepared before the client is opened)."""
@@ -241,10 +243,8 @@ class AsyncFlowProducer:
     async def close(self) -> None:
         """Close the client, unless it was given by the caller."""
         for queue in self._queues.values():
-            queue._close_caller()
-        if self._client is not None and self._client is not self._connection:
-            await self._client.aclose()
-        self._client = None
+            await queue.close()  # its own connection; the client is the producer's
+        await self._clients.close()
         self._queues.clear()
 
     async def __aenter__(self) -> AsyncFlowProducer:

@@ -9,28 +9,25 @@ reads on from that id. Pass ``last_event_id`` to resume where an earlier listene
 from __future__ import annotations
 
 import logging
-import random
 from asyncio import sleep
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from corral import _codec, options
 from corral._async._queue_base import AsyncQueueBase
-from corral._async._redis import check_server, open_client
+from corral._async._redis import LazyClient
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._listeners import Callback, Listeners
+from corral._supervisor import Outage
+from corral.backoff import reconnect_delay
 from corral.clock import monotonic
-from corral.errors import JobFailedError, JobNotFoundError
+from corral.errors import JobFailedError, JobNotFoundError, server_error_kind
 from corral.events import EVENT_TYPES, Completed, Failed, QueueEvent, parse_event
 
 logger = logging.getLogger("corral.events")
-
-_NETWORK_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 #: How long one XREAD blocks, in ms; short enough for redis-py's default read timeout (5 s).
 BLOCK_MS = 1000
 
@@ -65,23 +62,20 @@ class AsyncQueueEvents:
         self.queue_name = queue_name
         self.keys = QueueKeys(queue_name, prefix)
         self.last_event_id = last_event_id
-        self._connection = connection
-        self._client: Redis | None = None
+        self._clients = LazyClient(connection)
+        self._outage = Outage(f"events {queue_name}", logger)
         self._buffer: deque[QueueEvent] = deque()
         self._closed = False
         self._listeners = Listeners("queue events", {**dict.fromkeys(EVENT_TYPES, ""), "*": ""})
 
     async def _read(self, block_ms: int) -> None:
         """Fill the buffer with the next events, waiting at most ``block_ms``."""
-        if self._client is None:
-            client = open_client(self._connection)
-            await check_server(client, owned=client is not self._connection)
-            self._client = client
+        client = await self._clients.get()
         if self.last_event_id == "$":
             # Pin "$" to a real id now: a reconnect must not skip what came in between.
-            newest: list[tuple[str, Any]] = await self._client.xrevrange(self.keys.events, count=1)  # type: ignore[assignment]
+            newest: list[tuple[str, Any]] = await client.xrevrange(self.keys.events, count=1)  # type: ignore[assignment]
             self.last_event_id = newest[0][0] if newest else "0-0"
-        reply: list[tuple[str, list[tuple[str, dict[str, str]]]]] = await self._client.xread(  # type: ignore[assignment]
+        reply: list[tuple[str, list[tuple[str, dict[str, str]]]]] = await client.xread(  # type: ignore[assignment]
             {self.keys.events: self.last_event_id}, count=500, block=block_ms
         )
         for _stream, entries in reply or ():
@@ -90,9 +84,14 @@ class AsyncQueueEvents:
 
     async def next_event(self, timeout: float | None = None) -> QueueEvent | None:
         """The next event, or ``None`` after ``timeout`` seconds (``None``: wait as long as it
-        takes). Connection errors are retried with capped backoff, from the last id seen."""
+        takes).
+
+        Transient server errors (a dropped connection, a restart, ``READONLY`` on a failover,
+        ``BUSY``...) are waited out with capped backoff, one warning per outage, and reading
+        goes on from the last id seen. Other errors (a wrong password, a missing permission)
+        are raised.
+        """
         deadline = None if timeout is None else monotonic() + timeout
-        failures = 0
         while not self._buffer:
             if self._closed:
                 return None
@@ -101,18 +100,15 @@ class AsyncQueueEvents:
                 return None
             try:
                 await self._read(max(1, min(BLOCK_MS, left)))
-                failures = 0
-            except _NETWORK_ERRORS as exc:
-                failures += 1
-                delay = min(1.0, 0.05 * 2**failures) * random.uniform(0.5, 1.0)
-                logger.warning(
-                    "events %s: connection error (%s); retry %d in %.2fs",
-                    self.queue_name,
-                    exc,
-                    failures,
-                    delay,
-                )
-                await sleep(delay)
+            except Exception as exc:
+                if self._closed:
+                    return None  # close() cut the read short: nothing went wrong
+                if server_error_kind(exc) != "transient":
+                    raise
+                self._outage.failed("read", exc)
+                await sleep(reconnect_delay(self._outage.failures, cap=1.0))
+            else:
+                self._outage.succeeded()
         event = self._buffer.popleft()
         self.last_event_id = event.event_id
         return event
@@ -140,9 +136,7 @@ class AsyncQueueEvents:
     async def close(self) -> None:
         """Stop iterating (a running :meth:`run` returns within a second) and disconnect."""
         self._closed = True
-        if self._client is not None and self._client is not self._connection:
-            await self._client.aclose()
-        self._client = None
+        await self._clients.close()
 
     async def __aenter__(self) -> AsyncQueueEvents:
         return self
@@ -151,12 +145,19 @@ class AsyncQueueEvents:
         await self.close()
 
 
+#: How often a wait for a job also reads the job's state (seconds): the events stream is
+#: trimmed (``maxLenEvents``), so a finish whose event was trimmed away is still seen.
+STATE_POLL_S = 1.0
+
+
 async def wait_until_finished(queue: AsyncQueueBase, job_id: str, timeout: float | None) -> Any:
     """The return value of a job once it completes; raise its failure once it fails.
 
     It works for jobs that finished before the call: the events stream's position is taken
     first, then the job is looked at, then the stream is read from that position, so no
-    finish can slip between the two.
+    finish can slip between the two. The job's state is read again every
+    :data:`STATE_POLL_S` and before giving up, so a finish whose event was trimmed from the
+    stream is not missed.
 
     Raises:
         JobFailedError: the job failed (for good); ``failed_reason`` says why.
@@ -164,9 +165,37 @@ async def wait_until_finished(queue: AsyncQueueBase, job_id: str, timeout: float
         TimeoutError: ``timeout`` seconds passed first.
     """
     client = await queue.client()
-    keys = queue.keys
-    newest: list[tuple[str, Any]] = await client.xrevrange(keys.events, count=1)  # type: ignore[assignment]
+    newest: list[tuple[str, Any]] = await client.xrevrange(queue.keys.events, count=1)  # type: ignore[assignment]
     start = newest[0][0] if newest else "0-0"
+    found, value = await _finished(queue, job_id)
+    if found:
+        return value
+    events = AsyncQueueEvents(
+        queue.name, connection=client, prefix=queue.prefix, last_event_id=start
+    )
+    deadline = None if timeout is None else monotonic() + timeout
+    while True:
+        left = STATE_POLL_S if deadline is None else min(STATE_POLL_S, deadline - monotonic())
+        event = await events.next_event(left) if left > 0 else None
+        if event is None:  # a while without its event: look at the job itself
+            found, value = await _finished(queue, job_id)
+            if found:
+                return value
+            if deadline is not None and monotonic() >= deadline:
+                raise TimeoutError(
+                    f"job {job_id} of queue {queue.name} did not finish in {timeout}s"
+                )
+        elif isinstance(event, Completed) and event.job_id == job_id:
+            return event.returnvalue
+        elif isinstance(event, Failed) and event.job_id == job_id:
+            raise JobFailedError(event.failed_reason, queue=queue.name, job_id=job_id)
+
+
+async def _finished(queue: AsyncQueueBase, job_id: str) -> tuple[bool, Any]:
+    """``(True, return value)`` when the job completed, ``(False, None)`` while it has not
+    finished; raises its failure, or JobNotFoundError when there is no such job."""
+    client = await queue.client()
+    keys = queue.keys
     async with client.pipeline(transaction=True) as pipe:
         pipe.zscore(keys.completed, job_id)
         pipe.zscore(keys.failed, job_id)
@@ -174,7 +203,7 @@ async def wait_until_finished(queue: AsyncQueueBase, job_id: str, timeout: float
         pipe.exists(keys.job(job_id))
         done, failed, (value, reason), exists = await pipe.execute()
     if done is not None:
-        return _codec.loads(value)
+        return True, _codec.loads(value)
     if failed is not None:
         raise JobFailedError(reason or "", queue=queue.name, job_id=job_id)
     if not exists:
@@ -183,16 +212,4 @@ async def wait_until_finished(queue: AsyncQueueBase, job_id: str, timeout: float
             queue=queue.name,
             job_id=job_id,
         )
-    events = AsyncQueueEvents(
-        queue.name, connection=client, prefix=queue.prefix, last_event_id=start
-    )
-    deadline = None if timeout is None else monotonic() + timeout
-    while True:
-        left = None if deadline is None else deadline - monotonic()
-        event = None if left is not None and left <= 0 else await events.next_event(left)
-        if event is None:
-            raise TimeoutError(f"job {job_id} of queue {queue.name} did not finish in {timeout}s")
-        if isinstance(event, Completed) and event.job_id == job_id:
-            return event.returnvalue
-        if isinstance(event, Failed) and event.job_id == job_id:
-            raise JobFailedError(event.failed_reason, queue=queue.name, job_id=job_id)
+    return False, None

@@ -17,7 +17,7 @@ from typing import Any
 from redis import Redis
 
 from corral import _codec, _scripts, options
-from corral._sync._redis import check_server, open_client, run_atomically
+from corral._sync._redis import LazyClient, run_atomically
 from corral._sync.job import Job
 from corral._sync.queue import Queue, external_parents, missing_parent
 from corral._keys import DEFAULT_PREFIX, split_job_key
@@ -59,25 +59,27 @@ class FlowProducer:
         strict: bool = False,
     ) -> None:
         self.prefix = options.check_name("prefix", prefix)
-        self._connection = connection
-        self._strict = strict
-        self._client: Redis | None = None
+        self._clients = LazyClient(connection, strict=strict)
         self._queues: dict[tuple[str, str], Queue] = {}
+
+    @property
+    def _client(self) -> Redis | None:
+        return self._clients.current
 
     def client(self) -> Redis:
         """The redis-py client, opened and checked on first use (shared by every queue)."""
-        if self._client is None:
-            client = open_client(self._connection)
-            check_server(client, strict=self._strict, owned=client is not self._connection)
-            self._client = client
+        before = self._clients.current
+        client = self._clients.get()
+        if client is not before:  # opened now (or again, on a new event loop)
             for queue in self._queues.values():
                 self._attach(queue)
-        return self._client
+        return client
 
     def _attach(self, queue: Queue) -> None:
         # The queue uses the producer's client as if it had been given it: it is checked
         # already, and closing the queue leaves it open.
-        queue._connection = queue._client = self._client
+        assert self._client is not None
+        queue._clients.use(self._client)
 
     def _queue(self, name: str, prefix: str | None = None) -> Queue:
         """The queue ``name`` (no I/O: nodes are prepared before the client is opened)."""
@@ -242,10 +244,8 @@ class FlowProducer:
     def close(self) -> None:
         """Close the client, unless it was given by the caller."""
         for queue in self._queues.values():
-            queue._close_caller()
-        if self._client is not None and self._client is not self._connection:
-            self._client.close()
-        self._client = None
+            queue.close()  # its own connection; the client is the producer's
+        self._clients.close()
         self._queues.clear()
 
     def __enter__(self) -> FlowProducer:
