@@ -59,9 +59,10 @@ async def test_closing_a_reader_in_the_middle_of_a_read_logs_nothing(
 async def test_a_reader_waits_out_an_error_reply_and_reads_on(
     redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with AsyncQueue("q", connection=redis_url) as queue, AsyncQueueEvents(
-        "q", connection=redis_url, last_event_id="0"
-    ) as events:
+    async with (
+        AsyncQueue("q", connection=redis_url) as queue,
+        AsyncQueueEvents("q", connection=redis_url, last_event_id="0") as events,
+    ):
         reading = asyncio.create_task(events.next_event())
         client = redis.Redis.from_url(redis_url, decode_responses=True)
         try:
