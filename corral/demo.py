@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -255,6 +256,9 @@ def run(*, jobs: int = 300, concurrency: int = 20, seed: int = 7) -> None:
         )
     con = Console(soft_wrap=True, highlight=False)  # whole lines (socket path, reasons)
     data_dir = tempfile.mkdtemp(prefix="corral-demo-")
+    # SIGTERM ends the demo as Ctrl-C does, through the finally below: by default it would
+    # kill the process on the spot and leave the temporary server running.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         st = server.start(data_dir, timeout=10.0)
         assert st.url is not None  # start() returns only running statuses
@@ -268,3 +272,4 @@ def run(*, jobs: int = 300, concurrency: int = 20, seed: int = 7) -> None:
             server.stop(data_dir, timeout=5.0)
         finally:
             shutil.rmtree(data_dir, ignore_errors=True)
+            signal.signal(signal.SIGTERM, previous)

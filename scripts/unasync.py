@@ -25,6 +25,8 @@ SUBS = [
     (r"\basync def\b", "def"),
     (r"\basync with\b", "with"),
     (r"\basync for\b", "for"),
+    # A call the asyncio API makes in a thread is a plain call in the blocking API.
+    (r"\bawait asyncio\.to_thread\(([\w.]+), ", r"\1("),
     (r"\bawait ", ""),
     # The blocking API has no event loop (corral._async._redis.running_loop).
     (r"\basyncio\.get_running_loop\(\)", "None"),

@@ -85,3 +85,34 @@ def test_demo_without_server_binary_fails_clearly() -> None:
     assert proc.returncode == 1
     assert proc.stderr.startswith("Error: corral demo needs a valkey-server binary")
     assert proc.stderr.count("\n") == 1  # one line
+
+
+@needs_binary
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
+@pytest.mark.timeout(90)
+def test_demo_stopped_by_sigterm_stops_its_server() -> None:
+    import signal
+
+    before = set(_demo_servers())
+    with subprocess.Popen(
+        [*CLI, "demo", "--jobs", "300", "--concurrency", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            seen = []
+            for line in proc.stdout:  # wait until the jobs are in and the worker runs
+                seen.append(line)
+                if line.startswith("enqueued"):
+                    break
+            assert set(_demo_servers()) - before, "".join(seen)
+            proc.send_signal(signal.SIGTERM)
+            rest = proc.stdout.read()
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode != 0, rest
+    assert set(_demo_servers()) <= before, "SIGTERM left the demo's server running"

@@ -303,3 +303,31 @@ def test_data_dir_resolution_and_short_socket_path(
     status = server.status("explicit")  # reports, never creates
     assert not status.running and status.pid is None and status.url is None
     assert not (tmp_path / "explicit").exists()
+
+
+@needs_binary
+@pytest.mark.timeout(30)
+async def test_an_async_queue_starts_the_embedded_server_off_the_event_loop(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from corral import AsyncQueue
+
+    monkeypatch.delenv("CORRAL_REDIS_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("CORRAL_DATA_DIR", str(data_dir))
+    started_in: list[threading.Thread] = []
+    real = server.ensure_server
+
+    def ensure(*args: object, **kwargs: object) -> str:
+        started_in.append(threading.current_thread())
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(server, "ensure_server", ensure)
+    async with AsyncQueue("q") as queue:
+        job = await queue.add("hello")
+        assert await queue.get_job_counts("waiting") == {"waiting": 1}
+    assert job.id == "1"
+    # The process start, the lock and the polling ran in a thread, not on the loop.
+    assert started_in and threading.main_thread() not in started_in

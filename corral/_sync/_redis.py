@@ -41,6 +41,17 @@ def open_client(
     return Redis.from_pool(pool)
 
 
+def open_client_off_loop(
+    conn: str | Redis | None, *, max_connections: int = DEFAULT_MAX_CONNECTIONS
+) -> Redis:
+    """:func:`open_client` for code on an event loop: when no server is configured, the
+    embedded one is found or started in a thread (a process, a file lock and polling for it to
+    answer must not stop the loop)."""
+    if conn is None and connection.configured_url() is None:
+        conn = connection.resolve_url(None)
+    return open_client(conn, max_connections=max_connections)
+
+
 def check_server(client: Redis, *, strict: bool = False, owned: bool = True) -> None:
     """Check version and eviction policy (see ``connection.check_server_info``).
 
@@ -99,7 +110,7 @@ class LazyClient:
     def get(self) -> Redis:
         loop = self._follow_loop()
         if self.current is None:
-            client = open_client(self.connection)
+            client = open_client_off_loop(self.connection)
             owned = client is not self.connection
             check_server(client, strict=self.strict, owned=owned)
             if self.current is None:
