@@ -38,9 +38,9 @@ class AsyncQueueBase:
         self._script_keys = self.keys.script_keys()
         self._job_prefix = self.keys.base + ":"
         self._clients = LazyClient(connection, strict=strict)
-        self._clients.on_new_loop.append(self._abandon_caller)
         self._caller: ScriptCaller | None = None
         self._caller_client: Redis | None = None
+        self._caller_loop_changes = 0
         #: Reply timeout of the script calls when the client sets none (a worker sets it).
         self._reply_timeout: float | None = None
 
@@ -65,12 +65,18 @@ class AsyncQueueBase:
     async def _run(self, script: Script, args: list[Any]) -> Any:
         """Run one of the queue's scripts with the queue's keys."""
         client = await self.client()
-        if self._caller is None or self._caller_client is not client:
-            # A new client is one opened again on a new event loop: the old caller's
-            # connection is on the loop that ended.
+        changes = self._clients.loop_changes
+        if (
+            self._caller is None
+            or self._caller_client is not client
+            or self._caller_loop_changes != changes
+        ):
+            # Used from a new event loop: the old caller's connection is on the loop that
+            # ended (the client may be new too, or the caller's own).
             self._abandon_caller()
             self._caller = ScriptCaller(client, self._script_keys, self._reply_timeout)
             self._caller_client = client
+            self._caller_loop_changes = changes
         return await self._caller(script, args)
 
     def _bind(self, job_id: str, fields: dict[str, str], token: str | None = None) -> AsyncJob:
@@ -93,5 +99,5 @@ class AsyncQueueBase:
 
     async def close(self) -> None:
         """Close the client, unless it was given by the caller."""
-        await self._clients.close()  # first: on a new event loop it abandons the caller
-        self._close_caller()
+        await self._clients.close()
+        self._close_caller()  # a caller of an ended loop is dropped (ScriptCaller.close)

@@ -88,8 +88,11 @@ class LazyClient:
         #: The client once opened (``None`` before, and after :meth:`close`).
         self.current: Redis | None = None
         self._loop: object = None
-        #: Called with no argument when a client opened on an ended loop is dropped.
-        self.on_new_loop: list[Any] = []
+        #: How often the caller's event loop changed: what its users built on the old loop
+        #: (a pipelined connection) is dropped when this changes. A counter, not a callback:
+        #: a callback to its owner would make a reference cycle and keep dropped queues (and
+        #: their sockets) alive until the cycle collector runs, after their loop has ended.
+        self.loop_changes = 0
 
     @property
     def owned(self) -> bool:
@@ -100,8 +103,7 @@ class LazyClient:
         loop = running_loop()
         if self.current is not None and loop is not self._loop:
             if self._loop is not None:  # used on another loop before
-                for callback in self.on_new_loop:
-                    callback()
+                self.loop_changes += 1
                 if self.owned:
                     self.current = None  # its sockets go with the old loop
             self._loop = loop
