@@ -43,6 +43,22 @@ async def test_simple_mode_until_the_job_finishes(queue: AsyncQueue, r: redis.Re
     assert third.id == "3"
 
 
+async def test_a_job_that_fails_for_good_frees_its_deduplication_id(
+    queue: AsyncQueue, r: redis.Redis
+) -> None:
+    await queue.add("a", {"v": 1}, deduplication=Dedup("F"), attempts=2)
+    job = await take(queue)
+    await job.move_to_failed(RuntimeError("once"))  # retried: still the holder
+    assert r.get("bull:q:de:F") == "1"
+    assert (await queue.add("a", {"v": 2}, deduplication=Dedup("F"))).id == "1"
+    job = await take(queue)  # back in wait at once (no backoff)
+    await job.move_to_failed(RuntimeError("twice"))  # no attempts left: failed for good
+    assert r.zscore("bull:q:failed", "1") is not None
+    assert r.exists("bull:q:de:F") == 0
+    again = await queue.add("a", {"v": 3}, deduplication=Dedup("F"))
+    assert (again.id, again.data) == ("3", {"v": 3})
+
+
 async def test_throttle_ttl_outlives_the_job_and_extends(queue: AsyncQueue, r: redis.Redis) -> None:
     await queue.add("a", deduplication=Dedup("T", ttl=60))
     job = await take(queue)

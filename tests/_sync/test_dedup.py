@@ -44,6 +44,22 @@ def test_simple_mode_until_the_job_finishes(queue: Queue, r: redis.Redis) -> Non
     assert third.id == "3"
 
 
+def test_a_job_that_fails_for_good_frees_its_deduplication_id(
+    queue: Queue, r: redis.Redis
+) -> None:
+    queue.add("a", {"v": 1}, deduplication=Dedup("F"), attempts=2)
+    job = take(queue)
+    job.move_to_failed(RuntimeError("once"))  # retried: still the holder
+    assert r.get("bull:q:de:F") == "1"
+    assert (queue.add("a", {"v": 2}, deduplication=Dedup("F"))).id == "1"
+    job = take(queue)  # back in wait at once (no backoff)
+    job.move_to_failed(RuntimeError("twice"))  # no attempts left: failed for good
+    assert r.zscore("bull:q:failed", "1") is not None
+    assert r.exists("bull:q:de:F") == 0
+    again = queue.add("a", {"v": 3}, deduplication=Dedup("F"))
+    assert (again.id, again.data) == ("3", {"v": 3})
+
+
 def test_throttle_ttl_outlives_the_job_and_extends(queue: Queue, r: redis.Redis) -> None:
     queue.add("a", deduplication=Dedup("T", ttl=60))
     job = take(queue)

@@ -576,6 +576,38 @@ def test_step_moves_check_the_lock(queue: Queue, r: redis.Redis) -> None:
         job.move_to_delayed(-1)
 
 
+def test_finishing_checks_the_lock_and_that_the_job_is_still_active(
+    queue: Queue, r: redis.Redis
+) -> None:
+    queue.add("a")
+    job = activate(queue)
+    before = snapshot(r)
+    # Another worker's token: the job is not ours to finish.
+    with pytest.raises(LockMismatchError):
+        job.move_to_completed("late", token="other:0")
+    with pytest.raises(LockMismatchError):
+        job.move_to_failed(RuntimeError("late"), token="other:0")
+    assert snapshot(r) == before
+    # Our lock expired: refused as missing, whoever holds the job now.
+    r.delete("bull:q:1:lock")
+    before = snapshot(r)
+    with pytest.raises(LockMissingError):
+        job.move_to_completed("late")
+    assert snapshot(r) == before
+    # Our lock, but the job is no longer active (moved meanwhile): nothing is written.
+    r.set("bull:q:1:lock", "tok:0")
+    r.delete("bull:q:active")
+    r.rpush("bull:q:wait", "1")
+    before = snapshot(r)
+    with pytest.raises(NotActiveError):
+        job.move_to_completed("late")
+    with pytest.raises(NotActiveError):
+        job.move_to_failed(RuntimeError("late"))
+    with pytest.raises(NotActiveError):  # no lock check at all (manual processing)
+        job.move_to_completed("late", token="0")
+    assert snapshot(r) == before
+
+
 def test_move_to_wait(queue: Queue, r: redis.Redis) -> None:
     queue.add("a")
     queue.add("b", priority=2)

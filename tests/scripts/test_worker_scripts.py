@@ -99,7 +99,8 @@ async def test_a_lost_fetch_gives_back_only_its_own_jobs_unstarted(
         await queue.add(name)
     kept = await fetch(queue, 1, base="wk", first=0)  # a job its worker runs
     lost = await fetch(queue, 2, base="wk", first=1)  # a fetch whose reply never arrived
-    other = await fetch(queue, 1, base="other", first=1)  # another worker's, same numbers
+    # Another worker's, with the same numbers and a base as long as ours.
+    other = await fetch(queue, 1, base="wx", first=1)
     released = await queue._run(_scripts.RELEASE_FETCHED, [queue._job_prefix, "wk", 1, 2])
     assert sorted(released) == sorted(lost)
     assert sorted(r.lrange("bull:w:active", 0, -1)) == sorted(kept + other)
