@@ -175,11 +175,15 @@ class AsyncQueue(AsyncQueueSchedulers):
         does to the parent (see ``docs/flows.md``).
 
         Adding a ``job_id`` that exists already writes nothing (a ``duplicated`` event) and
-        returns the existing job, as BullMQ does.
+        returns the existing job, as BullMQ does. A call that fails on the way is sent again
+        (see ``add_retries``); a resend never creates a second job.
 
         Raises:
             InvalidOptionError: an option or the data was refused; nothing was written.
             ParentNotFoundError: the parent does not exist; nothing was written.
+            redis.exceptions.ConnectionError, OutOfMemoryError, ...: the server could not be
+                reached (or refused) after ``add_retries`` resends; the job may have been
+                created if the last error was a lost connection.
         """
         args = self._prepare(name, data, options)
         reply = await self._send_add(_scripts.ADD_JOB, lambda call: [*args, *call])
@@ -246,7 +250,7 @@ class AsyncQueue(AsyncQueueSchedulers):
 
     async def add_bulk(self, jobs: Iterable[BulkItem]) -> list[AsyncJob]:
         """Add many jobs atomically: every one is validated first, then all are added in one
-        MULTI/EXEC transaction, so either all are written or none is.
+        script call, so either all are written or none is (resent like :meth:`add`).
 
         Args:
             jobs: ``(name, data)`` pairs or ``(name, data, options)`` triples, where options is a
