@@ -76,3 +76,11 @@ def test_enqueue_idempotency_window(redis_url: str, r: redis.Redis) -> None:
     assert 0 < r.pttl("bull:billing:x-idem:inv-2026-11") <= 3_600_000
     bad = run_corral(*args[:-2], "--idempotency-window", "0", "--url", redis_url)
     assert bad.returncode == 1 and "idempotency_window must be more than 0" in bad.stderr
+
+
+def test_enqueue_retries_are_bounded_and_checked() -> None:
+    proc = run_corral("enqueue", "reports", "x", "--url", "redis://127.0.0.1:1/0", "--retries", "0")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("Error: cannot reach the server:")
+    bad = run_corral("enqueue", "reports", "x", "--retries", "101")
+    assert bad.returncode == 2 and "--retries" in bad.stderr
