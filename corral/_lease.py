@@ -294,11 +294,13 @@ class Lease:
         fetched: _scripts.Fetched | None
         try:
             code, fetched = await self._retrying("finish", send)
+            if code < 0 and sends > 1:
+                # A read on another connection than the finish, after the server may have
+                # come back: its transient errors are waited out like the finish's own.
+                code = await self._retrying("finish", lambda: self._landed(code))
         except Exception as exc:
             self._not_finished(exc)
             return None
-        if code < 0 and sends > 1:
-            code = await self._landed(code)
         if code < 0:
             err = script_error(code, queue=ctx.queue.name, job_id=job.id)
             logger.warning("worker %s: job %s not finished: %s", ctx.queue.name, job.id, err)
@@ -361,7 +363,12 @@ class Lease:
         if job.token is None:
             return None  # moved with this job object: the move cleared its token
         client = await self._ctx.queue.client()
-        holder = await client.get(self._ctx.queue.keys.lock(self.job_id))
+        key = self._ctx.queue.keys.lock(self.job_id)
+        try:
+            holder = await self._retrying("check", lambda: client.get(key))
+        except Exception as err:
+            self._not_finished(err)
+            return None
         if holder != self.token:
             return None
         error = UnrecoverableError(

@@ -231,7 +231,8 @@ class _Protocol(asyncio.Protocol):
         if interval and not self.waiters and now - self.last_reply > interval:
             self.send_dropped(b"*1\r\n$4\r\nPING\r\n")  # an idle link is probed: the
             self.last_reply = now  # timeout above then catches a peer that is gone
-        self._watchdog = loop.call_later(min(1.0, self.timeout / 2), self._watch)
+        # Checked four times per timeout: an overdue reply is found at most 25% late.
+        self._watchdog = loop.call_later(min(1.0, self.timeout / 4), self._watch)
 
     def data_received(self, data: bytes) -> None:
         reader = self.reader
@@ -308,12 +309,14 @@ class AsyncWire:
     def open(cls, client: Any, *, default_timeout: float | None = None) -> AsyncWire | None:
         """A wire to ``client``'s server, or ``None`` when redis-py must carry the calls.
 
-        ``default_timeout`` is the reply timeout when the client sets no socket timeout.
+        ``default_timeout`` is the reply timeout when the client sets no socket timeout
+        (redis-py's own default, 5 s since 8.0, does not count as set: a worker with short
+        locks needs a shorter one, or a half-open connection outlasts the locks).
         """
         params = params_of(client)
         if params is None:
             return None
-        if default_timeout and not params.timeout:
+        if default_timeout and not client.connection_pool.connection_kwargs.get("socket_timeout"):
             params = params._replace(timeout=default_timeout)
         return cls(params)
 

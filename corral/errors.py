@@ -28,6 +28,7 @@ redis-py's own errors (``ConnectionError``, ``TimeoutError``...) pass through un
 
 from __future__ import annotations
 
+import traceback
 from typing import Literal
 
 from redis import exceptions as redis_errors
@@ -155,6 +156,15 @@ ErrorKind = Literal["transient", "configuration", "other"]
 _TRANSIENT_REPLIES = ("BUSY", "UNBLOCKED", "NOREPLICAS", "MASTERDOWN", "TRYAGAIN", "LOADING")
 #: Replies that mean the settings are wrong: no retry will change them.
 _CONFIGURATION_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "ERR unknown command", "MOVED", "ASK")
+
+
+def failure_reason(error: BaseException) -> str:
+    """The ``failedReason`` a job gets for ``error``: its message, as in BullMQ (the type's
+    name when it has none). A ``BaseException`` that is not an ``Exception`` is named with
+    its type: the message of ``SystemExit(3)`` is "3", which does not say the code exited."""
+    if not isinstance(error, Exception):
+        return traceback.format_exception_only(error)[-1].strip()
+    return str(error) or type(error).__name__
 
 
 def server_error_kind(exc: BaseException) -> ErrorKind:

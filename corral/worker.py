@@ -28,7 +28,7 @@ import redis
 from redis.asyncio import Redis
 
 from corral import _scripts, _twins, _upkeep, options
-from corral._async._redis import check_server, open_client
+from corral._async._redis import check_server, open_client_off_loop
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
 from corral._async.queue_schedulers import schedule_next_iteration
@@ -296,7 +296,9 @@ class Worker:
         worker often starts before its Redis), or ``None`` when closed meanwhile."""
         while self._queue is None:
             # A connection for every slot, and a few for the lock manager and stall checks.
-            client = open_client(self._connection, max_connections=self._concurrency + 8)
+            client = await open_client_off_loop(
+                self._connection, max_connections=self._concurrency + 8
+            )
             owned = client is not self._connection
             try:
                 await check_server(client, strict=self._strict, owned=owned)
@@ -323,10 +325,9 @@ class Worker:
 
     def _reply_timeout(self, client: Redis) -> float:
         timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
-        if timeout:
-            return float(timeout)
-        # Short enough that a renewal stuck on a dead connection is retried in time.
-        return min(DEFAULT_REPLY_TIMEOUT_S, max(1.0, self._lock_ms / 2000))
+        # Renewals go out every lock / 2, with half the lock left: one stuck on a dead
+        # connection times out after a quarter, which leaves a quarter to send it again.
+        return float(timeout or min(DEFAULT_REPLY_TIMEOUT_S, max(1.0, self._lock_ms / 4000)))
 
     async def run_async(self) -> None:
         """Process jobs until :meth:`close` is called.
@@ -354,10 +355,11 @@ class Worker:
 
     async def _work(self, queue: AsyncQueue, supervisor: Supervisor) -> None:
         client = await queue.client()
-        # The blocking connection reads longer than BZPOPMIN waits, and carries BullMQ's
-        # client name so that Queue.get_workers() (and Node's getWorkers) list this worker.
+        # The marker's connection reads for BZPOPMIN's wait plus the reply timeout (a half-open
+        # one is given up as on the wire); its BullMQ client name lists it in get_workers().
+        read = self._drain_delay + (queue._reply_timeout or DEFAULT_REPLY_TIMEOUT_S)
         self._blocking = _twins.blocking_twin(
-            client, read_timeout=self._drain_delay + 10, client_name=self._client_name
+            client, read_timeout=read, client_name=self._client_name
         )
         if not self._is_async:
             self._pool = DaemonThreadPool(max(32, self._concurrency))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
 from corral._async.job_flow import AsyncJobFlowMixin
-from corral.errors import InvalidOptionError, script_error
+from corral.errors import InvalidOptionError, failure_reason, script_error
 from corral.job import JobRecord, JobState
 from corral.options import MAX_PRIORITY, Duration, duration_ms, retention_limits
 from corral.retry import RetryPolicy
@@ -69,7 +69,7 @@ class AsyncJob(JobRecord, AsyncJobFlowMixin):
     ) -> list[Any]:
         """The values that finish this attempt as failed: retried (after its backoff) while
         attempts are left, else failed for good; see :meth:`move_to_failed`."""
-        reason = str(error) or type(error).__name__
+        reason = failure_reason(error)
         limit = int(self.opts.get("stackTraceLimit", DEFAULT_STACKTRACE_LIMIT))
         stack = [*self.stacktrace, "".join(traceback.format_exception(error))]
         stacktrace = _codec.dumps(stack[-limit:] if limit > 0 else [])

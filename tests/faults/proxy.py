@@ -8,9 +8,13 @@ It runs its own asyncio loop in a daemon thread, so sync and async tests drive i
         proxy.drop()                   # reset every open connection
         proxy.blackhole()              # keep connections open, forward nothing (half-open peer)
         proxy.heal()                   # forward again (new connections only, after blackhole)
+        proxy.heal(keep_holes=True)    # forward new connections; black-holed ones stay so
+                                       # for good (a NAT that forgot them: no FIN, no RST)
         proxy.lose_replies(1)          # the next reply is read from the server, then the
                                        # client's connection is dropped instead (the command
                                        # ran, the client never hears of it)
+        proxy.lose_reply_to(b"EVALSHA", b"<sha>")  # the same, for the next command that has
+                                       # these arguments (once its reply came: it ran)
         proxy.refuse()                 # refuse new connections, as a server that is down
 """
 
@@ -18,11 +22,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import struct
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import hiredis
+
 T = TypeVar("T")
+
+
+class _Link:
+    """One client connection and its upstream, with what the faults need to know of it."""
+
+    def __init__(self, client: asyncio.StreamWriter, upstream: asyncio.StreamWriter) -> None:
+        self.writers = (client, upstream)
+        #: Forwards nothing (a black hole) until dropped.
+        self.hole = False
+        # Commands and replies counted as they pass (RESP2: one reply per command, in order).
+        self.requests = hiredis.Reader()
+        self.replies = hiredis.Reader()
+        self.sent = 0
+        self.answered = 0
+        #: The number of the command whose reply is to be lost.
+        self.lose_at: int | None = None
+
+    def reset(self) -> None:
+        for writer in self.writers:
+            _reset(writer)
 
 
 class FaultProxy:
@@ -36,7 +64,10 @@ class FaultProxy:
         self._blackholed = False
         self._refusing = False
         self._replies_to_lose = 0
-        self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._lose_args: tuple[bytes, ...] | None = None
+        self._links: set[_Link] = set()
+        #: Replies lost so far (by lose_replies and lose_reply_to).
+        self.lost = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.base_events.Server | None = None
@@ -87,15 +118,16 @@ class FaultProxy:
         """Stop forwarding in both directions and keep the connections open: a peer that
         vanished without a FIN/RST. New connections are accepted and black-holed too."""
         self._blackholed = True
+        self._call(self._hole_all())
 
-    def heal(self) -> None:
-        """End blackhole and refuse modes. Connections black-holed so far are dropped (their
-        protocol state is lost); new ones are forwarded."""
-        was = self._blackholed
+    def heal(self, *, keep_holes: bool = False) -> None:
+        """End blackhole and refuse modes: new connections are forwarded. Connections
+        black-holed so far are dropped (their protocol state is lost), or with ``keep_holes``
+        left as they are for good: half-open, as after a NAT forgot them."""
         self._blackholed = False
         self._refusing = False
-        if was:
-            self.drop()
+        if not keep_holes:
+            self._call(self._drop_holes())
 
     def refuse(self) -> None:
         """Close every connection and refuse new ones until :meth:`heal`."""
@@ -111,16 +143,29 @@ class FaultProxy:
         to receive each is dropped: the command ran, its client never hears of it."""
         self._replies_to_lose = n
 
+    def lose_reply_to(self, *args: bytes) -> None:
+        """The next command whose arguments include all of ``args`` runs, and its reply is
+        lost: once the server has answered it, its connection is dropped instead."""
+        self._lose_args = args
+
     # -- inside the proxy's loop ------------------------------------------------------------
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
 
     async def _drop_all(self) -> None:
-        for client, upstream in list(self._pairs):
-            for writer in (client, upstream):
-                _reset(writer)
-        self._pairs.clear()
+        for link in list(self._links):
+            link.reset()
+        self._links.clear()
+
+    async def _hole_all(self) -> None:
+        for link in self._links:
+            link.hole = True
+
+    async def _drop_holes(self) -> None:
+        for link in [link for link in self._links if link.hole]:
+            link.reset()
+            self._links.discard(link)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
@@ -132,22 +177,22 @@ class FaultProxy:
         except OSError:
             _reset(writer)
             return
-        pair = (writer, up_writer)
-        self._pairs.add(pair)
+        link = _Link(writer, up_writer)
+        link.hole = self._blackholed
+        self._links.add(link)
         await asyncio.gather(
-            self._pipe(reader, up_writer, pair, from_server=False),
-            self._pipe(up_reader, writer, pair, from_server=True),
+            self._pipe(reader, up_writer, link, from_server=False),
+            self._pipe(up_reader, writer, link, from_server=True),
             return_exceptions=True,
         )
-        self._pairs.discard(pair)
-        for w in pair:
-            _reset(w)
+        self._links.discard(link)
+        link.reset()
 
     async def _pipe(
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter],
+        link: _Link,
         *,
         from_server: bool,
     ) -> None:
@@ -155,24 +200,39 @@ class FaultProxy:
             data = await reader.read(65536)
             if not data:
                 break
-            if self._blackholed:
+            if link.hole:
                 continue  # read and forget: the sender sees its bytes accepted
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
-            if from_server and self._replies_to_lose > 0:
-                self._replies_to_lose -= 1
-                for w in pair:
-                    _reset(w)
-                break
+            if from_server:
+                if self._replies_to_lose > 0 or self._answers_lost_command(link, data):
+                    self._replies_to_lose = max(0, self._replies_to_lose - 1)
+                    self.lost += 1
+                    link.reset()
+                    break
+            else:
+                self._note_commands(link, data)
             writer.write(data)
             await writer.drain()
+
+    def _note_commands(self, link: _Link, data: bytes) -> None:
+        link.requests.feed(data)
+        while (command := link.requests.gets()) is not False:
+            link.sent += 1
+            wanted = self._lose_args
+            if wanted is not None and isinstance(command, list) and set(wanted) <= set(command):
+                self._lose_args = None
+                link.lose_at = link.sent
+
+    def _answers_lost_command(self, link: _Link, data: bytes) -> bool:
+        link.replies.feed(data)
+        while link.replies.gets() is not False:
+            link.answered += 1
+        return link.lose_at is not None and link.answered >= link.lose_at
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
     """Close with RST where possible (SO_LINGER 0), as a dropped peer or a killed proxy does."""
-    import socket
-    import struct
-
     sock = writer.get_extra_info("socket")
     if sock is not None:
         with contextlib.suppress(OSError):

@@ -7,7 +7,7 @@ from redis import exceptions as redis_errors
 from redis._parsers.base import BaseParser
 
 from corral.backoff import reconnect_delay
-from corral.errors import server_error_kind
+from corral.errors import failure_reason, server_error_kind
 
 
 @pytest.mark.parametrize(
@@ -58,3 +58,10 @@ def test_reconnect_delay_grows_to_its_cap_and_is_never_zero() -> None:
     assert all(0.025 / 2 <= d <= 0.25 for d in delays)
     assert max(delays[5:]) > 0.1  # grown past the base
     assert reconnect_delay(1, base=0.05, cap=0.25) <= 0.05
+
+
+def test_failure_reasons_are_messages_and_name_base_exceptions() -> None:
+    assert failure_reason(ValueError("bad input")) == "bad input"  # BullMQ's: the message
+    assert failure_reason(ValueError()) == "ValueError"
+    assert failure_reason(SystemExit(3)) == "SystemExit: 3"
+    assert failure_reason(KeyboardInterrupt()) == "KeyboardInterrupt"
