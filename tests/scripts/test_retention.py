@@ -34,24 +34,24 @@ async def finish_one(queue: AsyncQueue, worker: Worker) -> str:
     return job.id
 
 
-async def test_keep_last_removes_the_oldest_surplus_a_thousand_per_finish(
+async def test_keep_last_removes_the_oldest_surplus_a_hundred_per_finish(
     queue: AsyncQueue, r: redis.Redis, redis_url: str
 ) -> None:
-    seed_completed(r, 2500)
+    seed_completed(r, 250)
     worker = Worker("rt", None, connection=redis_url)
     try:
         first = await finish_one(queue, worker)
-        # 2501 finished, 10 to keep: the 1000 oldest go (at most 1000 per finish).
-        assert r.zcard("bull:rt:completed") == 1501
-        assert r.exists("bull:rt:old-999") == 0 and r.exists("bull:rt:old-1000") == 1
-        assert r.zrange("bull:rt:completed", 0, 0) == ["old-1000"]
+        # 251 finished, 10 to keep: the 100 oldest go (at most 100 per finish).
+        assert r.zcard("bull:rt:completed") == 151
+        assert r.exists("bull:rt:old-99") == 0 and r.exists("bull:rt:old-100") == 1
+        assert r.zrange("bull:rt:completed", 0, 0) == ["old-100"]
         new = [first, await finish_one(queue, worker), await finish_one(queue, worker)]
         # The newest ten are kept: the three just finished and the seven newest before them.
         kept = r.zrange("bull:rt:completed", 0, -1)
-        assert kept == [f"old-{i}" for i in range(2493, 2500)] + new
+        assert kept == [f"old-{i}" for i in range(243, 250)] + new
         assert r.exists(*(f"bull:rt:{job_id}" for job_id in kept)) == 10
         assert sorted(int(k.rsplit("-", 1)[1]) for k in r.scan_iter("bull:rt:old-*")) == list(
-            range(2493, 2500)
+            range(243, 250)
         )
     finally:
         await worker.close()

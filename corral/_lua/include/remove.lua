@@ -6,7 +6,10 @@ end
 
 -- removeOnComplete / removeOnFail on the finished set `set_key`: keep at most `keep` jobs
 -- (-1: no limit, 0: remove this job now) and none finished before now - max_age_ms (-1: none).
--- At most 1000 jobs go per call so one finish never blocks the server for long.
+-- At most RETENTION_BATCH jobs go per call, so one finish never blocks the server for long
+-- (about a millisecond): a queue that kept a million jobs and now keeps ten sheds its surplus
+-- over the next finishes, 99 more with each, instead of a 10 ms pause at each of them.
+local RETENTION_BATCH = 100
 local function apply_retention(set_key, prefix, job_id, keep, max_age_ms, now)
   if keep == 0 then
     rcall("ZREM", set_key, job_id)
@@ -14,7 +17,8 @@ local function apply_retention(set_key, prefix, job_id, keep, max_age_ms, now)
     return
   end
   if max_age_ms >= 0 then
-    local old = rcall("ZRANGEBYSCORE", set_key, "-inf", "(" .. fmt(now - max_age_ms), "LIMIT", 0, 1000)
+    local old = rcall("ZRANGEBYSCORE", set_key, "-inf", "(" .. fmt(now - max_age_ms), "LIMIT", 0,
+      RETENTION_BATCH)
     for _, id in ipairs(old) do
       delete_job(prefix .. id)
     end
@@ -25,7 +29,7 @@ local function apply_retention(set_key, prefix, job_id, keep, max_age_ms, now)
   if keep > 0 then
     -- Count first and read only the surplus: reading ranks 0..-(keep+1) would return the
     -- whole set when most of it is surplus (a queue that kept 1M jobs, then keeps 10).
-    local n = math.min(rcall("ZCARD", set_key) - keep, 1000)
+    local n = math.min(rcall("ZCARD", set_key) - keep, RETENTION_BATCH)
     if n > 0 then
       local extra = rcall("ZRANGE", set_key, 0, n - 1)
       for i = 1, n do
