@@ -1,7 +1,8 @@
-"""Smoke check of the benchmark harness (``make bench``): a tiny run of one workload.
+"""Smoke checks of the benchmark harnesses: a tiny run of ``make bench`` (one workload) and
+of ``python -m bench.chaos`` (three of its scenarios).
 
-It starts its own server (like ``make bench``, not the suite's), runs the corral and the Node
-BullMQ producer once each, and must print both sides' numbers and their ratio.
+Both start their own servers (not the suite's). The first runs the corral and the Node BullMQ
+producer once each, and must print both sides' numbers and their ratio.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from corral import server
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.interop
 
-
+@pytest.mark.interop
 def test_bench_quick_single_add(tmp_path: Path) -> None:
     if server.find_binary() is None:
         pytest.skip("no valkey-server/redis-server binary available")
@@ -51,3 +51,57 @@ def test_bench_quick_single_add(tmp_path: Path) -> None:
     assert summary["ratio"] == pytest.approx(
         summary["corral"]["median"] / summary["node"]["median"]
     )
+
+
+def test_chaos_quick(tmp_path: Path) -> None:
+    """``python -m bench.chaos`` (issue 10's fault measurements) at its tiny size: the three
+    cheapest scenarios, on servers of its own, must report every figure."""
+    if server.find_binary() is None:
+        pytest.skip("no valkey-server/redis-server binary available")
+    out = tmp_path / "chaos.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.chaos",
+            "--quick",
+            "--only",
+            "outage,crash,retention",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert set(report["scenarios"]) == {"outage", "crash", "retention"}
+    assert report["tree"]["corral_file"].endswith("corral/__init__.py")
+    assert report["tree"]["tree"] == str(ROOT)
+
+    (run,) = report["scenarios"]["outage"]["details"]["runs"]
+    assert run["worker_alive"] and run["add_tries"] >= 1
+    # The job added after the server came back was processed (a number, not "never"); it may
+    # start before its producer has read the add's reply.
+    assert 0 < run["ping_to_acked_s"] < 15 and 0 < run["ping_to_start_s"] < 15
+
+    crash = {f["metric"]: f["value"] for f in report["scenarios"]["crash"]["figures"]}
+    assert crash["adds acknowledged"] > 0
+    assert crash["server kill -9 + restart, lost replies"][0] == 1
+    for metric in ("acked adds lost", "duplicates (seq in > 1 job)", "adds that raised in the end"):
+        assert isinstance(crash[metric], int), metric
+
+    cases = report["scenarios"]["retention"]["details"]["cases"]
+    assert [(c["retained"], c["keep"]) for c in cases] == [(100, 10), (5000, 10), (5000, 5000)]
+    for case in cases:
+        # Every job finished was seen in SLOWLOG as one call of a finishing script.
+        assert case["finishes"] == case["finishes_wanted"], case
+        assert case["us_per_finish"]["p50"] > 0
+    assert cases[0]["completed_left"] == 10 and cases[1]["completed_left"] == 10
+    assert cases[2]["completed_left"] == 5000
+    for name, scenario in report["scenarios"].items():
+        assert scenario["figures"] and scenario["load"]["busy_cores"] >= 0, name
+        assert name in report["table"]

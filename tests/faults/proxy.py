@@ -180,11 +180,19 @@ class FaultProxy:
         link = _Link(writer, up_writer)
         link.hole = self._blackholed
         self._links.add(link)
-        await asyncio.gather(
-            self._pipe(reader, up_writer, link, from_server=False),
-            self._pipe(up_reader, writer, link, from_server=True),
-            return_exceptions=True,
-        )
+        pipes = {
+            asyncio.ensure_future(self._pipe(reader, up_writer, link, from_server=False)),
+            asyncio.ensure_future(self._pipe(up_reader, writer, link, from_server=True)),
+        }
+        _, pending = await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        # One side closed (a killed server, a client gone): reset the other at once, as the
+        # kernel resets a dead peer's connections; a black-holed link stays open, as a
+        # half-open connection does, until it is healed or dropped.
+        while pending and link.hole:
+            _, pending = await asyncio.wait(pending, timeout=0.05)
+        for pipe in pending:
+            pipe.cancel()
+        await asyncio.gather(*pipes, return_exceptions=True)
         self._links.discard(link)
         link.reset()
 
