@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio
 
 from corral import AsyncJob, AsyncQueue, AsyncQueueEvents, JobFailedError, JobNotFoundError, Worker
 from corral._async.queue_events import wait_until_finished
@@ -21,6 +22,19 @@ async def work(job: AsyncJob) -> Any:
         raise ValueError(f"cannot {job.data['what']}")
     await asyncio.sleep(job.data.get("sleep", 0))
     return {"done": job.data.get("what")}
+
+
+async def blocked_in_xread(url: str, count: int = 1) -> None:
+    """Return once ``count`` connections are blocked reading the events stream: a reader
+    that started from "$" (or a wait that took the stream's position) sees what comes next."""
+    client = redis.asyncio.Redis.from_url(url, decode_responses=True)
+    try:
+        deadline = asyncio.get_running_loop().time() + 30
+        while len([c for c in await client.client_list() if c["cmd"] == "xread"]) < count:
+            assert asyncio.get_running_loop().time() < deadline, "no reader got to XREAD"
+            await asyncio.sleep(0.01)
+    finally:
+        await client.aclose()
 
 
 @pytest.fixture
@@ -37,7 +51,7 @@ async def test_callbacks_and_async_iteration(queue: AsyncQueue, redis_url: str) 
     events.on("completed", lambda e: completed.append((e.job_id, e.returnvalue)))
     events.on("*", everything.append)
     listening = asyncio.create_task(events.run())
-    await asyncio.sleep(0.1)  # the listener pins "$" before the jobs are added
+    await blocked_in_xread(redis_url)  # the listener pinned "$" before the jobs are added
     for what in ("a", "b"):
         await queue.add("ok", {"what": what})
     await drive(Worker("q", work, connection=redis_url), finished(queue, 2))
@@ -55,7 +69,7 @@ async def test_wait_until_finished(queue: AsyncQueue, redis_url: str) -> None:
     gone = await queue.add("ok", {"what": "z"}, remove_on_complete=True)
     # Start waiting before any worker runs, so every wait sees its job finish.
     waits = [asyncio.create_task(wait_until_finished(queue, job.id, 10)) for job in (ok, bad, gone)]
-    await asyncio.sleep(0.2)
+    await blocked_in_xread(redis_url, 3)
     worker = Worker("q", work, connection=redis_url, concurrency=3)
     running = asyncio.create_task(worker.run_async())
     try:
@@ -96,7 +110,7 @@ async def test_listener_survives_a_server_restart() -> None:
     listening = asyncio.create_task(listen())
     try:
         async with AsyncQueue("r", connection=srv.url) as q:
-            await asyncio.sleep(0.1)
+            await blocked_in_xread(srv.url)  # the listener pinned "$"
             await q.add("before")
             while len(seen) < 2:
                 await asyncio.sleep(0.02)

@@ -282,27 +282,34 @@ async def test_exponential_backoff_matches_bullmq(queue: AsyncQueue, r: redis.Re
     worker = Worker("q", None, connection=(await queue.client()))
     await queue.add("x", attempts=10, backoff=Backoff.exponential(3))
     delays = []
-    for _ in range(7):
-        job = await worker.get_next_job()
-        assert job is not None
-        before = now_ms()
-        await job.move_to_failed(RuntimeError("again"))
-        delays.append(int(r.hget("bull:q:1", "delay")))
-        score = r.zscore("bull:q:delayed", "1")
-        assert score is not None and before + delays[-1] <= score // 4096 <= now_ms() + delays[-1]
-        await job.promote()
+    try:
+        for _ in range(7):
+            job = await worker.get_next_job()
+            assert job is not None
+            before = now_ms()
+            await job.move_to_failed(RuntimeError("again"))
+            delays.append(int(r.hget("bull:q:1", "delay")))
+            score = r.zscore("bull:q:delayed", "1")
+            assert score is not None
+            assert before + delays[-1] <= score // 4096 <= now_ms() + delays[-1]
+            await job.promote()
+    finally:
+        await worker.close()  # or its connection outlives the test's event loop
     assert delays == [3000, 6000, 12000, 24000, 48000, 96000, 192000]
 
 
 async def test_jittered_backoff_stays_in_range(queue: AsyncQueue, r: redis.Redis) -> None:
     worker = Worker("q", None, connection=(await queue.client()))
     await queue.add("x", attempts=100, backoff=Backoff.fixed(10, jitter=0.3))
-    for _ in range(20):
-        job = await worker.get_next_job()
-        assert job is not None
-        await job.move_to_failed(RuntimeError("again"))
-        assert 7000 <= int(r.hget("bull:q:1", "delay")) <= 10000
-        await job.promote()
+    try:
+        for _ in range(20):
+            job = await worker.get_next_job()
+            assert job is not None
+            await job.move_to_failed(RuntimeError("again"))
+            assert 7000 <= int(r.hget("bull:q:1", "delay")) <= 10000
+            await job.promote()
+    finally:
+        await worker.close()
 
 
 async def test_retry_filters_and_custom_strategy(
@@ -464,18 +471,26 @@ async def test_running_workers_are_listed(queue: AsyncQueue, redis_url: str) -> 
     named = Worker("q", lambda job: None, connection=redis_url, name="billing-1")
     anonymous = Worker("q", lambda job: None, connection=redis_url)
     tasks = [asyncio.create_task(w.run_async()) for w in (named, anonymous)]
-    try:
-        for _ in range(200):
-            workers = await queue.get_workers()
-            if len(workers) == 2:
-                break
+
+    async def listed(expected: list[str], *, running: bool) -> list[str]:
+        """The names listed, once they are ``expected`` (or the last seen at the deadline).
+        Each worker connects its named connection when it first waits for work, and the
+        server drops a closed connection from CLIENT LIST only once it has read its end."""
+        deadline = asyncio.get_running_loop().time() + 20
+        while True:
+            seen = sorted(w.get("worker_name", "") for w in await queue.get_workers())
+            if seen == expected or asyncio.get_running_loop().time() > deadline:
+                return seen
+            assert not (running and any(t.done() for t in tasks)), "a worker stopped on its own"
             await asyncio.sleep(0.02)
-        assert sorted(w.get("worker_name", "") for w in workers) == ["", "billing-1"]
+
+    try:
+        assert await listed(["", "billing-1"], running=True) == ["", "billing-1"]
     finally:
         for w in (named, anonymous):
             await w.close()
         await asyncio.gather(*tasks)
-    assert await queue.get_workers() == []
+    assert await listed([], running=False) == []
 
 
 async def test_idle_worker_does_not_spin_on_a_delayed_job(

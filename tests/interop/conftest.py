@@ -16,6 +16,25 @@ HERE = Path(__file__).parent
 SCRIPTS = HERE / "node"
 
 
+def first_line(proc: subprocess.Popen[str]) -> str:
+    """The first line ``proc`` printed (stripped), read from its pipe a byte at a time.
+
+    What it prints next must stay in the pipe: :meth:`Node.result`'s ``communicate()`` reads
+    the pipe's descriptor, not the buffer of ``proc.stdout``, so a buffered ``readline()``
+    that also took the result line (a script that finishes at once prints both together)
+    would leave ``communicate()`` nothing to read.
+    """
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            break
+        line += byte
+    return line.decode().strip()
+
+
 class Node:
     """Runs the scripts of tests/interop/node against one Redis URL."""
 
@@ -45,8 +64,7 @@ class Node:
             stderr=subprocess.PIPE,
             text=True,
         )
-        assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
+        line = first_line(proc)
         if line != "READY":
             proc.kill()
             raise AssertionError(f"{script} did not get ready: {line!r} {proc.stderr.read()}")  # type: ignore[union-attr]
@@ -56,7 +74,9 @@ class Node:
     def result(proc: subprocess.Popen[str], timeout: float = 60) -> Any:
         out, err = proc.communicate(timeout=timeout)
         assert proc.returncode == 0, f"exited {proc.returncode}: {err}"
-        return json.loads(out.strip().splitlines()[-1])
+        lines = out.strip().splitlines()
+        assert lines, f"exited 0 without printing its result: {err}"
+        return json.loads(lines[-1])
 
 
 @pytest.fixture(scope="session")

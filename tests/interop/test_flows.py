@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from corral import AsyncFlowProducer, AsyncJob, AsyncQueue, FlowJob, JobState, Worker
-from tests.interop.conftest import SCRIPTS, Node
+from tests.interop.conftest import SCRIPTS, Node, first_line
 from tests.interop.test_lifecycle import node_result, node_run, started, wait_until
 
 pytestmark = pytest.mark.interop
@@ -66,8 +66,7 @@ def start_node_workers(
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
+    line = first_line(proc)
     if line != "READY":
         with started(proc):
             raise AssertionError(f"work_flow.mjs did not get ready: {line!r}")
