@@ -43,7 +43,7 @@
 local prefix, producer, seq = ARGV[1], ARGV[20] or "", ARGV[21]
 local earlier = earlier_answer(prefix, producer, seq)
 if earlier then
-  return earlier
+  return {earlier, 1} -- kept only for a call that created its job: its id
 end
 local function arg(i)
   return ARGV[i]
@@ -52,7 +52,7 @@ local answer = add_one(prefix, arg, events_max_len())
 if type(answer) == "table" then -- a refused add (-7) writes nothing, forgets nothing
   forget_answers(prefix, producer, ARGV[22], ARGV[23])
   if answer[2] == 1 then
-    keep_answer(prefix, producer, seq, answer, RESEND_TTL_MS)
+    keep_answer(prefix, producer, seq, answer[1])
   end
 end
 return answer

@@ -59,7 +59,7 @@ end
 
 local earlier = earlier_answer(prefix, producer, seq)
 if earlier then
-  return earlier
+  return cjson.decode(earlier)
 end
 
 -- The parents named by the jobs must exist, or be created by an earlier job of the call.
@@ -85,6 +85,6 @@ for i = 1, n do
 end
 end_batch()
 if created_any then
-  keep_answer(prefix, producer, seq, replies, RESEND_TTL_MS)
+  keep_answer(prefix, producer, seq, cjson.encode(replies))
 end
 return replies

@@ -10,26 +10,23 @@
 -- How long a producer's answers outlive its last add, in ms (it resends for much less).
 local RESEND_TTL_MS = 600000
 
--- The answer kept for call `seq` of `producer` (decoded), or nil: not run before.
+-- The answer kept for call `seq` of `producer` (as kept: text), or nil: not run before.
 local function earlier_answer(prefix, producer, seq)
   if producer == "" then
     return nil
   end
-  local kept = rcall("HGET", prefix .. "x-add:" .. producer, seq)
-  if kept then
-    return cjson.decode(kept)
-  end
-  return nil
+  return rcall("HGET", prefix .. "x-add:" .. producer, seq) or nil
 end
 
--- Keep `answer` (a table) for call `seq`: it created jobs.
-local function keep_answer(prefix, producer, seq, answer, ttl)
+-- Keep `answer` (text: a job id, or add_jobs' replies as JSON) for call `seq`, which created
+-- jobs.
+local function keep_answer(prefix, producer, seq, answer)
   if producer == "" then
     return
   end
   local key = prefix .. "x-add:" .. producer
-  rcall("HSET", key, seq, cjson.encode(answer))
-  rcall("PEXPIRE", key, ttl)
+  rcall("HSET", key, seq, answer)
+  rcall("PEXPIRE", key, RESEND_TTL_MS)
 end
 
 -- Forget the calls `done1` and `done2` ("" for none): the producer has heard their answers.
