@@ -40,6 +40,18 @@ def _wire_clients(r: redis.Redis, name: str = "wire-test") -> list[dict[str, Any
     return [c for c in r.client_list() if c["name"] == name]
 
 
+async def _commands_once(r: redis.Redis, name: str, want: list[str]) -> list[str]:
+    """The last commands of the connections named ``name``, once they are ``want`` (the
+    server drops a closed connection from CLIENT LIST only after it has read its end), or
+    what is listed after 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        seen = sorted(c["cmd"] for c in _wire_clients(r, name))
+        if seen == want or time.monotonic() > deadline:
+            return seen
+        await asyncio.sleep(0.02)
+
+
 def test_pack_matches_redis_py() -> None:
     args: list[Any] = ["EVALSHA", "", "é+ü", 12, -3, 1.5, "x" * 300, "a b\r\nc"]
     assert pack(args) == Connection(decode_responses=True).pack_command(*args)[0]
@@ -150,8 +162,7 @@ async def test_close_fails_the_waiting_calls(wire: AsyncWire, r: redis.Redis) ->
     wire.close()
     with pytest.raises(redis.ConnectionError, match="closed by the client"):
         await waiting
-    await asyncio.sleep(0.05)
-    assert _wire_clients(r) == []
+    assert await _commands_once(r, "wire-test", []) == []
 
 
 async def test_connect_errors_name_the_address() -> None:
@@ -273,8 +284,7 @@ async def test_queue_scripts_use_the_wire_and_survive_a_script_flush(
         job = await queue.add("two")  # NOSCRIPT: loaded again, then run
         assert job.id == "2"
         assert len(_wire_clients(r, "wire-q")) >= 1
-    await asyncio.sleep(0.05)
-    assert _wire_clients(r, "wire-q") == []
+    assert await _commands_once(r, "wire-q", []) == []
 
 
 async def test_a_dropped_queue_does_not_leak_its_connection(redis_url: str, r: redis.Redis) -> None:
@@ -284,9 +294,8 @@ async def test_a_dropped_queue_does_not_leak_its_connection(redis_url: str, r: r
     assert sorted(c["cmd"] for c in _wire_clients(r, "wire-drop")) == ["evalsha", "info"]
     del queue
     gc.collect()
-    await asyncio.sleep(0.05)
     # The client's own pooled connection (used by the server check) is all that is left.
-    assert [c["cmd"] for c in _wire_clients(r, "wire-drop")] == ["info"]
+    assert await _commands_once(r, "wire-drop", ["info"]) == ["info"]
     await client.aclose()
 
 

@@ -81,11 +81,13 @@ async def test_workers_killed_in_a_loop_lose_nothing_and_complete_each_job_once(
         for n in range(3):
             slots.append(await Process.start(url, f"w{n}.0", tmp_path))
         for round_ in range(1, 5):
-            ids += await add_jobs(queue, 40, ms=100)  # work for every round
-            await asyncio.sleep(1)  # a kill about every second
             victim = slots[round_ % 3]
+            # Taken before the jobs are added: the other workers may run all of them before
+            # the victim starts one more, if it is asked only later.
+            running = victim.starts_another()
+            ids += await add_jobs(queue, 40, ms=100)  # work for every round
             # Killed while it runs a job (it just said it started one).
-            await eventually(victim.starts_another(), f"{victim.tag} running a job")
+            await eventually(running, f"{victim.tag} running a job")
             await victim.kill()
             gone.append(victim)
             slots[round_ % 3] = await Process.start(url, f"w{round_ % 3}.{round_}", tmp_path)
