@@ -137,10 +137,12 @@ def load_command(script: Script) -> bytes:
 
 class _Waiter(NamedTuple):
     """A call in flight: the future of its reply (``None``: the reply is dropped) and, for a
-    script call, what to send again on NOSCRIPT (the script's load, then the call)."""
+    script call, what to send again on NOSCRIPT: the script's load, then the call. Kept as
+    two parts and joined only on NOSCRIPT: a script's load is kilobytes, and copying it
+    into every call cost more than the rest of the call's packing."""
 
     future: asyncio.Future[Any] | None
-    resend: bytes | None
+    resend: tuple[bytes, bytes] | None
 
 
 class _Protocol(asyncio.Protocol):
@@ -182,7 +184,7 @@ class _Protocol(asyncio.Protocol):
             for option, value in self.params.keepalive_options:
                 sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
-    def send(self, packed: bytes, resend: bytes | None = None) -> asyncio.Future[Any]:
+    def send(self, packed: bytes, resend: tuple[bytes, bytes] | None = None) -> asyncio.Future[Any]:
         """Write one command; the future gets its reply. ``resend`` is written instead of a
         NOSCRIPT reply (once)."""
         loop = asyncio.get_running_loop()
@@ -256,7 +258,7 @@ class _Protocol(asyncio.Protocol):
                 # The server lost its scripts (SCRIPT FLUSH): load this one and send the call
                 # again, here and now, so it keeps its place before any later call's retry.
                 self.loaded.clear()
-                self.transport.write(resend)  # type: ignore[union-attr]
+                self.transport.writelines(resend)  # type: ignore[union-attr]
                 self.waiters.append(_Waiter(None, None))
                 self.waiters.append(_Waiter(future, None))
                 if self.timeout:
@@ -340,7 +342,7 @@ class AsyncWire:
         if script.sha not in protocol.loaded:
             protocol.loaded.add(script.sha)
             protocol.send_dropped(load)
-        return await protocol.send(packed, load + packed)
+        return await protocol.send(packed, (load, packed))
 
     async def _connect(self) -> _Protocol:
         # Callers arriving while a connection is being made share it.

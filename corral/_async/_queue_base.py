@@ -7,7 +7,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from corral import options
-from corral._async._redis import LazyClient, ScriptCaller
+from corral._async._redis import LazyClient, ScriptCaller, running_loop
 from corral._async.job import AsyncJob
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._scripts import Script
@@ -40,7 +40,7 @@ class AsyncQueueBase:
         self._clients = LazyClient(connection, strict=strict)
         self._caller: ScriptCaller | None = None
         self._caller_client: Redis | None = None
-        self._caller_loop_changes = 0
+        self._caller_loop: object = None
         #: Reply timeout of the script calls when the client sets none (a worker sets it).
         self._reply_timeout: float | None = None
 
@@ -64,20 +64,24 @@ class AsyncQueueBase:
 
     async def _run(self, script: Script, args: list[Any]) -> Any:
         """Run one of the queue's scripts with the queue's keys."""
-        client = await self.client()
-        changes = self._clients.loop_changes
+        caller = self._caller
         if (
-            self._caller is None
-            or self._caller_client is not client
-            or self._caller_loop_changes != changes
+            caller is None
+            or self._caller_loop is not running_loop()
+            or self._caller_client is not self._clients.current
         ):
-            # Used from a new event loop: the old caller's connection is on the loop that
-            # ended (the client may be new too, or the caller's own).
-            self._abandon_caller()
-            self._caller = ScriptCaller(client, self._script_keys, self._reply_timeout)
-            self._caller_client = client
-            self._caller_loop_changes = changes
-        return await self._caller(script, args)
+            caller = await self._new_caller()
+        return await caller(script, args)
+
+    async def _new_caller(self) -> ScriptCaller:
+        # First use, a new client (closed and opened again, a flow producer's), or a new
+        # event loop: the old caller's connection is on the loop that ended, if any.
+        client = await self.client()
+        self._abandon_caller()
+        self._caller = ScriptCaller(client, self._script_keys, self._reply_timeout)
+        self._caller_client = client
+        self._caller_loop = running_loop()
+        return self._caller
 
     def _bind(self, job_id: str, fields: dict[str, str], token: str | None = None) -> AsyncJob:
         job = AsyncJob.from_hash(self.name, job_id, fields, token=token)

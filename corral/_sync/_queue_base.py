@@ -8,7 +8,7 @@ from typing import Any
 from redis import Redis
 
 from corral import options
-from corral._sync._redis import LazyClient, ScriptCaller
+from corral._sync._redis import LazyClient, ScriptCaller, running_loop
 from corral._sync.job import Job
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._scripts import Script
@@ -41,7 +41,7 @@ class QueueBase:
         self._clients = LazyClient(connection, strict=strict)
         self._caller: ScriptCaller | None = None
         self._caller_client: Redis | None = None
-        self._caller_loop_changes = 0
+        self._caller_loop: object = None
         #: Reply timeout of the script calls when the client sets none (a worker sets it).
         self._reply_timeout: float | None = None
 
@@ -65,20 +65,24 @@ class QueueBase:
 
     def _run(self, script: Script, args: list[Any]) -> Any:
         """Run one of the queue's scripts with the queue's keys."""
-        client = self.client()
-        changes = self._clients.loop_changes
+        caller = self._caller
         if (
-            self._caller is None
-            or self._caller_client is not client
-            or self._caller_loop_changes != changes
+            caller is None
+            or self._caller_loop is not running_loop()
+            or self._caller_client is not self._clients.current
         ):
-            # Used from a new event loop: the old caller's connection is on the loop that
-            # ended (the client may be new too, or the caller's own).
-            self._abandon_caller()
-            self._caller = ScriptCaller(client, self._script_keys, self._reply_timeout)
-            self._caller_client = client
-            self._caller_loop_changes = changes
-        return self._caller(script, args)
+            caller = self._new_caller()
+        return caller(script, args)
+
+    def _new_caller(self) -> ScriptCaller:
+        # First use, a new client (closed and opened again, a flow producer's), or a new
+        # event loop: the old caller's connection is on the loop that ended, if any.
+        client = self.client()
+        self._abandon_caller()
+        self._caller = ScriptCaller(client, self._script_keys, self._reply_timeout)
+        self._caller_client = client
+        self._caller_loop = running_loop()
+        return self._caller
 
     def _bind(self, job_id: str, fields: dict[str, str], token: str | None = None) -> Job:
         job = Job.from_hash(self.name, job_id, fields, token=token)

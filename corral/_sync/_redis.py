@@ -88,11 +88,6 @@ class LazyClient:
         #: The client once opened (``None`` before, and after :meth:`close`).
         self.current: Redis | None = None
         self._loop: object = None
-        #: How often the caller's event loop changed: what its users built on the old loop
-        #: (a pipelined connection) is dropped when this changes. A counter, not a callback:
-        #: a callback to its owner would make a reference cycle and keep dropped queues (and
-        #: their sockets) alive until the cycle collector runs, after their loop has ended.
-        self.loop_changes = 0
 
     @property
     def owned(self) -> bool:
@@ -102,10 +97,8 @@ class LazyClient:
         """Drop what belongs to an event loop that is no longer the caller's."""
         loop = running_loop()
         if self.current is not None and loop is not self._loop:
-            if self._loop is not None:  # used on another loop before
-                self.loop_changes += 1
-                if self.owned:
-                    self.current = None  # its sockets go with the old loop
+            if self._loop is not None and self.owned:  # used on another loop before
+                self.current = None  # its sockets go with the old loop
             self._loop = loop
         return loop
 
