@@ -100,7 +100,7 @@ class Valkey:
             try:
                 if probe.ping():
                     return time.time()
-            except redis.ConnectionError:  # also LOADING (BusyLoadingError)
+            except (redis.ConnectionError, redis.TimeoutError):  # also LOADING (BusyLoading)
                 pass
             finally:
                 probe.close()

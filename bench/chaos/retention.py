@@ -19,6 +19,9 @@ from bench.chaos.sizes import Sizes
 
 #: Writes finished jobs ``ARGV[2]..ARGV[3]`` in BullMQ's layout (a hash, a member of
 #: K:completed scored by finishedOn), as old as ``ARGV[4]`` ms + their number.
+#: Surplus jobs one finish removes at most (RETENTION_BATCH in corral/_lua/include/remove.lua).
+RETENTION_BATCH = 100
+
 FILL = """
 local prefix, first, last, base = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 for i = first, last do
@@ -73,7 +76,7 @@ def retention(run: Run, sz: Sizes, rng: random.Random) -> dict[str, Any]:
         )
         producer.read_line(60)  # READY
         run.check_corral(producer.read_json(120)["corral"])
-        # Valkey logs the commands a script runs too (a trimming finish runs 1000 DELs): only
+        # Valkey logs the commands a script runs too (a trimming finish runs 100 DELs): only
         # calls of 10 us or more are kept, which every finish takes (no inner command does,
         # mostly), and the count is checked against the jobs the worker ran.
         c.config_set("slowlog-log-slower-than", SLOWLOG_US)
@@ -111,8 +114,8 @@ def retention(run: Run, sz: Sizes, rng: random.Random) -> dict[str, Any]:
             round(statistics.fmean(per_finish[i : i + 100])) for i in range(0, len(per_finish), 100)
         ]
         s = stats([float(x) for x in per_finish])
-        # The surplus is gone after (retained - keep) / 1000 finishes (rounded up), plus a few.
-        trimmed_after = -(-max(0, retained - keep) // 1000) + 5
+        # The surplus is gone after (retained - keep) / 99 finishes (rounded up), plus a few.
+        trimmed_after = -(-max(0, retained - keep) // (RETENTION_BATCH - 1)) + 5
         after = stats([float(x) for x in per_finish[trimmed_after:]])
         results.append(
             {
@@ -146,7 +149,7 @@ def retention(run: Run, sz: Sizes, rng: random.Random) -> dict[str, Any]:
     small = results[0]["us_per_finish"]
     for res in results:
         u = res["us_per_finish"]
-        trims = res["keep"] < res["retained"] - 1000
+        trims = res["keep"] < res["retained"] - RETENTION_BATCH
         ok = None
         if res is not results[0] and small["p50"] and u["p50"] is not None and not trims:
             ok = u["p50"] <= 3 * small["p50"]
@@ -159,7 +162,7 @@ def retention(run: Run, sz: Sizes, rng: random.Random) -> dict[str, Any]:
             )
         )
         if trims:
-            # Each finish trims at most 1000 surplus jobs: the first ones pay for the backlog,
+            # Each finish trims at most 100 surplus jobs: the first ones pay for the backlog,
             # and once it is gone a finish should cost what it costs with 100.
             after = res["after_trim_us"]
             figures.append(

@@ -30,10 +30,10 @@ class Sizes:
     retention_small: int = 100
     retention_big: int = 1_000_000
     retention_finishes: int = 200
-    #: With keep=10 each finish trims at most 1000 old jobs: 1100 finishes show the whole
-    #: 1M trimmed and the cost after it, unless the budget ends the run first.
-    retention_big_finishes: int = 1100
-    retention_budget_s: float = 30.0
+    #: With keep=10 each finish trims at most 100 old jobs (99 net): 10,200 finishes show
+    #: the whole 1M trimmed and the cost after it, unless the budget ends the run first.
+    retention_big_finishes: int = 10_200
+    retention_budget_s: float = 60.0
 
 
 FULL = Sizes()
@@ -51,6 +51,6 @@ QUICK = Sizes(
     crash_gap=0.6,
     retention_big=5000,
     retention_finishes=30,
-    retention_big_finishes=60,
+    retention_big_finishes=120,
     retention_budget_s=10.0,
 )
