@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -25,11 +25,13 @@ from corral import server as corral_server
 
 @dataclass
 class ServerProcess:
-    """A server process this test session started."""
+    """A server process this test session started (``extra``: more server arguments, which
+    win over the defaults: ``["--appendonly", "yes"]``)."""
 
     binary: str
     port: int
     workdir: Path
+    extra: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -52,17 +54,20 @@ class ServerProcess:
                 str(self.workdir),
                 "--maxmemory-policy",
                 "noeviction",
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
+        # Generous: a loaded machine, or a restarted server loading its AOF (LOADING is a
+        # ConnectionError to redis-py).
+        deadline = time.monotonic() + 30
         while True:
             try:
                 with redis.Redis(port=self.port, socket_timeout=1) as probe:
                     probe.ping()
                 return
-            except redis.ConnectionError:
+            except (redis.ConnectionError, redis.TimeoutError):
                 if time.monotonic() > deadline or self.process.poll() is not None:
                     raise RuntimeError(f"test server on port {self.port} did not start") from None
                 time.sleep(0.02)

@@ -30,7 +30,7 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., FaultServer]]:
     def start(*extra: str) -> FaultServer:
         workdir = tmp_path / f"server-{len(started)}"
         workdir.mkdir()
-        srv = FaultServer(server_binary(), free_port(), workdir, extra)
+        srv = FaultServer(server_binary(), free_port(), workdir, list(extra))
         started.append(srv)
         srv.start()
         return srv

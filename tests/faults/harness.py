@@ -18,10 +18,9 @@ import inspect
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -42,42 +41,6 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 class FaultServer(ServerProcess):
     """A server of one test, with settings of its own (``extra`` server arguments: AOF on for
     the restart tests), that the test may kill, restart and reconfigure."""
-
-    def __init__(self, binary: str, port: int, workdir: Path, extra: Iterable[str] = ()) -> None:
-        super().__init__(binary, port, workdir)
-        self.extra = list(extra)
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.workdir),
-                "--maxmemory-policy",
-                "noeviction",
-                *self.extra,  # later arguments win: --appendonly yes
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with redis.Redis(port=self.port, socket_timeout=1) as probe:
-                    probe.ping()
-                return
-            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    raise RuntimeError(f"test server on port {self.port} did not start") from None
-                time.sleep(0.02)
 
     def kill(self) -> None:
         """SIGKILL: a crash, nothing flushed but what the server synced already."""
