@@ -43,6 +43,7 @@
 local prefix, producer, seq = ARGV[1], ARGV[20] or "", ARGV[21]
 local earlier = earlier_answer(prefix, producer, seq)
 if earlier then
+  forget_answers(prefix, producer, ARGV[22], ARGV[23])
   return {earlier, 1} -- kept only for a call that created its job: its id
 end
 local function arg(i)

@@ -59,6 +59,7 @@ end
 
 local earlier = earlier_answer(prefix, producer, seq)
 if earlier then
+  forget_answers(prefix, producer, ARGV[5], ARGV[6])
   return cjson.decode(earlier)
 end
 

@@ -4,8 +4,8 @@
 -- that created jobs is kept in K:x-add:<producer> under its number. A call whose number is
 -- there gets the answer kept for it and writes nothing. The producer says, on its later calls,
 -- which numbers it has heard back from (at most two a call): those are forgotten. What it
--- never says (it stopped) goes with the key, which lives `ttl` ms after the producer's last
--- add: longer than the producer goes on resending.
+-- never says (it stopped without closing) goes with the key, which lives RESEND_TTL_MS after
+-- the producer's last add: far longer than a producer goes on resending.
 
 -- How long a producer's answers outlive its last add, in ms (it resends for much less).
 local RESEND_TTL_MS = 600000
