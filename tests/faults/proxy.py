@@ -84,13 +84,19 @@ class FaultProxy:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.close()
+            # On the proxy's own loop: asyncio's Server is not thread-safe, and closing it
+            # from this thread raced with its last connection detaching there.
+            self._call(self._close_server())
             self.drop()
             self._server = None
             self._call(self._cancel_all())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()
+
+    async def _close_server(self) -> None:
+        assert self._server is not None
+        self._server.close()
 
     async def _cancel_all(self) -> None:
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
