@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from corral.bounds import check_text
 from corral.errors import InvalidOptionError
 
 #: Duration at the API: seconds as a number, or a ``timedelta``.
@@ -89,8 +90,7 @@ def check_dedup(value: Any, to_ms: Any) -> DedupSpec:
         value = Dedup(**value)
     if not isinstance(value, Dedup):
         raise InvalidOptionError(f"deduplication must be a Dedup or a dict, got {value!r}")
-    if not isinstance(value.id, str) or not value.id:
-        raise InvalidOptionError(f"deduplication id must be a non-empty string, got {value.id!r}")
+    check_text("deduplication id", value.id)
     for flag in ("extend", "replace", "keep_last_if_active"):
         if not isinstance(getattr(value, flag), bool):
             raise InvalidOptionError(
@@ -110,10 +110,7 @@ def check_idempotency(key: Any, window: Any, to_ms: Any) -> tuple[str, int]:
         if window is not None:
             raise InvalidOptionError("idempotency_window needs an idempotency_key")
         return "", 0
-    if not isinstance(key, str) or not key:
-        raise InvalidOptionError(f"idempotency_key must be a non-empty string, got {key!r}")
-    if len(key) > 512:
-        raise InvalidOptionError(f"idempotency_key must be at most 512 characters, got {len(key)}")
+    check_text("idempotency_key", key, max_length=512)
     window_ms = (
         DEFAULT_IDEMPOTENCY_WINDOW_MS if window is None else to_ms("idempotency_window", window)
     )

@@ -14,8 +14,25 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypedDict
 
+from corral.bounds import (
+    MAX_COUNT,
+    MAX_DURATION_MS,
+    MAX_JOB_ID_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_TIMESTAMP_MS,
+    RESERVED_JOB_IDS,
+    check_int,
+    check_job_id,
+    check_text,
+)
 from corral.dedup import NO_DEDUP_ARGS, Dedup, DedupSpec, check_dedup, check_idempotency
 from corral.errors import InvalidOptionError
+
+__all__ = [
+    "MAX_JOB_ID_LENGTH",
+    "MAX_NAME_LENGTH",
+    "check_job_id",
+]
 
 #: A duration at the API: seconds as a number, or a ``timedelta``.
 Duration = float | int | timedelta
@@ -24,60 +41,50 @@ Duration = float | int | timedelta
 Retention = bool | int | dict[str, int]
 
 MAX_PRIORITY = 2_097_151
-MAX_JOB_ID_LENGTH = 255
-MAX_NAME_LENGTH = 1024
+#: Largest ``size_limit``: Redis' own cap on a string (512 MiB).
+MAX_SIZE_LIMIT = 512 * 1024 * 1024
 
 
 def duration_ms(option: str, value: Duration) -> int:
-    """A non-negative finite duration in whole milliseconds."""
+    """A finite duration from 0 to ten years (:data:`~corral.bounds.MAX_DURATION_MS`), in
+    whole milliseconds."""
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise InvalidOptionError(f"{option} must be seconds or a timedelta, got {value!r}")
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidOptionError(f"{option} must be a finite number >= 0, got {value!r}")
+    if seconds > MAX_DURATION_MS / 1000:
+        raise InvalidOptionError(
+            f"{option} must be at most {MAX_DURATION_MS // 1000:,} s (ten years), got {value!r}"
+        )
     return round(seconds * 1000)
 
 
-def check_job_id(job_id: str) -> str:
-    """Refuse ids BullMQ cannot tell from its own: with ``:``, all digits, or too long."""
-    if not isinstance(job_id, str) or not job_id:
-        raise InvalidOptionError(f"job_id must be a non-empty string, got {job_id!r}")
-    if ":" in job_id:
-        raise InvalidOptionError(f"job_id must not contain ':', got {job_id!r}")
-    if job_id.isdigit():
-        # Numeric ids are the ones K:id hands out; a custom one could collide with them.
-        raise InvalidOptionError(f"job_id must not be all digits, got {job_id!r}")
-    if len(job_id) > MAX_JOB_ID_LENGTH:
-        raise InvalidOptionError(
-            f"job_id must be at most {MAX_JOB_ID_LENGTH} characters, got {len(job_id)}"
-        )
-    return job_id
-
-
 def check_name(kind: str, name: str, *, colon: bool = True) -> str:
-    if not isinstance(name, str) or not name:
-        raise InvalidOptionError(f"{kind} must be a non-empty string, got {name!r}")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidOptionError(
-            f"{kind} must be at most {MAX_NAME_LENGTH} characters, got {len(name)}"
-        )
-    if not colon and ":" in name:
-        raise InvalidOptionError(f"{kind} must not contain ':', got {name!r}")
-    return name
+    """A name (queue, job...): non-empty text of at most 1024 characters."""
+    return check_text(kind, name, colon=colon)
+
+
+def check_prefix(prefix: str) -> str:
+    """A key prefix: printable ASCII without spaces, as it is part of the workers' client
+    names (``CLIENT SETNAME``, which refuses anything else)."""
+    return check_text("prefix", prefix, word=True)
 
 
 def _retention(option: str, value: Retention) -> Retention:
     if isinstance(value, bool):
         return value
-    if isinstance(value, int) and value >= 0:
+    if isinstance(value, int) and 0 <= value <= MAX_COUNT:
         return value
     if isinstance(value, dict) and set(value) <= {"age", "count"} and value:
         for k, v in value.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise InvalidOptionError(f"{option}[{k!r}] must be an integer >= 0, got {v!r}")
+            # age is seconds: at most ten years, as every duration.
+            high = MAX_DURATION_MS // 1000 if k == "age" else MAX_COUNT
+            check_int(f"{option}[{k!r}]", v, 0, high)
         return dict(value)
     raise InvalidOptionError(
-        f"{option} must be True, a count >= 0 or {{'age': s, 'count': n}}, got {value!r}"
+        f"{option} must be True, a count from 0 to {MAX_COUNT} or {{'age': s, 'count': n}}, "
+        f"got {value!r}"
     )
 
 
@@ -163,16 +170,9 @@ def encode_backoff(value: Any, custom_types: Collection[str] = ()) -> dict[str, 
     return out
 
 
-def int_option(option: str, value: Any, low: int, high: int | None = None) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        bound = f"from {low} to {high}" if high is not None else f">= {low}"
-        raise InvalidOptionError(f"{option} must be an integer {bound}, got {value!r}")
-    return value
+def int_option(option: str, value: Any, low: int, high: int = MAX_COUNT) -> int:
+    """An integer option from ``low`` to ``high`` (:data:`~corral.bounds.MAX_COUNT`)."""
+    return check_int(option, value, low, high)
 
 
 class ParentOptions(TypedDict):
@@ -193,18 +193,30 @@ FAILURE_POLICIES = {
 }
 
 
-def check_parent(value: Any) -> dict[str, str]:
-    """A ``parent`` option: ``{"id": job id, "queue": "<prefix>:<queue name>"}``."""
+def check_parent(value: Any, prefix: str | None = None) -> dict[str, str]:
+    """A ``parent`` option: ``{"id": job id, "queue": "<prefix>:<queue name>"}``.
+
+    With ``prefix`` (the child queue's), the parent's queue must be under the same prefix: a
+    parent reference names a job hash of a queue, never some other key.
+    """
     if not isinstance(value, Mapping) or set(value) != {"id", "queue"}:
         raise InvalidOptionError(
             f"parent must be {{'id': job id, 'queue': '<prefix>:<queue name>'}}, got {value!r}"
         )
     job_id, queue = value["id"], value["queue"]
-    if not isinstance(job_id, str) or not job_id or ":" in job_id:
-        raise InvalidOptionError(f"parent id must be a job id (no ':'), got {job_id!r}")
-    if not isinstance(queue, str) or not queue.rpartition(":")[0] or not queue.rpartition(":")[2]:
+    check_text("parent id", job_id, max_length=MAX_JOB_ID_LENGTH, colon=False)
+    if job_id in RESERVED_JOB_IDS:
+        raise InvalidOptionError(f"parent id {job_id!r} is a queue key's name, not a job id")
+    check_text("parent queue", queue)
+    parent_prefix, _, queue_name = queue.rpartition(":")
+    if not parent_prefix or not queue_name:
         raise InvalidOptionError(
             f"parent queue must be the qualified name '<prefix>:<queue name>', got {queue!r}"
+        )
+    if prefix is not None and parent_prefix != prefix:
+        raise InvalidOptionError(
+            f"parent queue {queue!r} is not under this queue's prefix {prefix!r}: a parent must "
+            "be a job of a queue with the same prefix"
         )
     return {"id": job_id, "queue": queue}
 
@@ -322,10 +334,10 @@ class JobOptions:
             else int_option("stacktrace_limit", o["stacktrace_limit"], 0),
             size_limit=None
             if get("size_limit") is None
-            else int_option("size_limit", o["size_limit"], 1),
+            else int_option("size_limit", o["size_limit"], 1, MAX_SIZE_LIMIT),
             timestamp=None
             if get("timestamp") is None
-            else int_option("timestamp (epoch ms)", o["timestamp"], 0),
+            else int_option("timestamp (epoch ms)", o["timestamp"], 0, MAX_TIMESTAMP_MS),
             parent=None if get("parent") is None else check_parent(o["parent"]),
             failure_policy=_failure_policy(o),
             dedup=None

@@ -20,24 +20,28 @@ BullMQ's rules, as observed from Node BullMQ 6.7.0:
 
 from __future__ import annotations
 
-import math
 import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from corral import _codec
+from corral.bounds import MAX_TIMESTAMP_MS, check_int, check_text
 from corral.errors import InvalidOptionError
-from corral.options import Duration
+from corral.options import Duration, duration_ms
 
 #: A date at the API: an aware (or local naive) ``datetime``, or epoch milliseconds.
 DateLike = datetime | int
 
 #: Fields of a scheduler hash that say when it runs, in the order Node BullMQ writes them.
 TIMING_FIELDS = ("tz", "limit", "pattern", "startDate", "endDate", "every")
+
+#: Longest time zone name (the IANA ones are under 40 characters) and cron pattern.
+MAX_TZ_LENGTH = 255
+MAX_CRON_LENGTH = 255
 
 #: Named patterns croniter and cron-parser both understand.
 CRON_ALIASES = frozenset(
@@ -48,29 +52,35 @@ CRON_ALIASES = frozenset(
 def date_ms(option: str, value: DateLike) -> int:
     """A date as epoch ms; a naive ``datetime`` is local time, as ``datetime.timestamp()``."""
     if isinstance(value, datetime):
-        return round(value.timestamp() * 1000)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidOptionError(f"{option} must be a datetime or epoch ms >= 0, got {value!r}")
+        ms = round(value.timestamp() * 1000)
+        if not 0 <= ms <= MAX_TIMESTAMP_MS:
+            raise InvalidOptionError(
+                f"{option} must be from 1970 to 2039-09-07 (epoch ms {MAX_TIMESTAMP_MS}), "
+                f"got {value!r}"
+            )
+        return ms
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMESTAMP_MS:
+        raise InvalidOptionError(
+            f"{option} must be a datetime or epoch ms from 0 to {MAX_TIMESTAMP_MS}, got {value!r}"
+        )
     return value
 
 
 def every_ms(value: Duration) -> int:
     """``every`` (seconds or a ``timedelta``) as whole ms, refusing what is not > 0."""
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise InvalidOptionError(f"every must be seconds or a timedelta, got {value!r}")
-    if not math.isfinite(seconds) or round(seconds * 1000) < 1:
+    ms = duration_ms("every", value)
+    if ms < 1:
         raise InvalidOptionError(f"every must be at least 1 ms, got {value!r}")
-    return round(seconds * 1000)
+    return ms
 
 
 def check_tz(tz: str) -> zoneinfo.ZoneInfo:
     """The IANA time zone named ``tz``."""
-    if not isinstance(tz, str) or not tz:
-        raise InvalidOptionError(f"tz must be an IANA time zone name, got {tz!r}")
+    check_text("tz", tz, max_length=MAX_TZ_LENGTH)
     try:
         return zoneinfo.ZoneInfo(tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a name the file system refuses (too long, odd characters).
         raise InvalidOptionError(f"unknown time zone {tz!r}") from None
 
 
@@ -83,8 +93,14 @@ def check_cron(pattern: str) -> str:
         raise InvalidOptionError(
             f"invalid cron pattern {pattern!r}: expected 5 fields, or 6 with seconds first"
         )
-    if not croniter.is_valid(pattern, second_at_beginning=True):
+    if len(pattern) > MAX_CRON_LENGTH or not croniter.is_valid(pattern, second_at_beginning=True):
         raise InvalidOptionError(f"invalid cron pattern {pattern!r}")
+    try:
+        # A pattern can be well formed and still name no date ("0 0 30 2 *"): croniter finds
+        # that out only when it looks for the next tick, which a worker would do later.
+        croniter(pattern, datetime(2026, 1, 1), second_at_beginning=True).get_next(datetime)
+    except CroniterError:
+        raise InvalidOptionError(f"cron pattern {pattern!r} never fires (no such date)") from None
     return pattern
 
 
@@ -137,10 +153,8 @@ class Schedule:
             raise InvalidOptionError("give exactly one of every= (seconds) or cron= (a pattern)")
         if tz is not None:
             check_tz(tz)
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise InvalidOptionError(f"limit must be an integer >= 1, got {limit!r}")
+        if limit is not None:
+            check_int("limit", limit, 1)
         start = None if start_date is None else date_ms("start_date", start_date)
         end = None if end_date is None else date_ms("end_date", end_date)
         if start is not None and end is not None and start > end:

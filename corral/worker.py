@@ -40,6 +40,7 @@ from corral._supervisor import Outage, Supervisor
 from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._threads import DaemonThreadPool
+from corral.bounds import check_text
 from corral.clock import now_ms
 from corral.errors import ConfigurationError, InvalidOptionError, server_error_kind
 from corral.options import Duration
@@ -151,8 +152,8 @@ class Worker:
         self.queue_name = queue_name
         self.processor = processor
         self._concurrency = options.int_option("concurrency", concurrency, 1)
-        self.name = name or ""
-        self.prefix = prefix
+        self.name = "" if name is None else check_text("worker name", name, word=True)
+        self.prefix = options.check_prefix(prefix)
         self._lock_ms = _positive_ms("lock_duration", lock_duration)
         self._stalled_ms = _positive_ms("stalled_interval", stalled_interval)
         self._max_stalled = options.int_option("max_stalled_count", max_stalled_count, 0)

@@ -16,6 +16,7 @@ from corral._async.job import AsyncJob
 from corral._async.queue_schedulers import AsyncQueueSchedulers
 from corral._keys import DEFAULT_PREFIX
 from corral._supervisor import Outage
+from corral.bounds import MAX_TIMESTAMP_MS, check_text, names_a_job
 from corral.clock import now_ms
 from corral.errors import (
     InvalidOptionError,
@@ -122,9 +123,16 @@ class AsyncQueue(AsyncQueueSchedulers):
             )
         else:
             opts = self._plain
+        if opts.parent is not None:
+            options.check_parent(opts.parent, self.prefix)
         encoded = _codec.encode_data(data)
         opts.check_size(encoded)
         ts = opts.timestamp if opts.timestamp is not None else now_ms()
+        if ts + opts.delay_ms > MAX_TIMESTAMP_MS:
+            raise InvalidOptionError(
+                f"delay must end before {MAX_TIMESTAMP_MS} (epoch ms, 2039-09-07: a delayed job's "
+                f"score must be exact), got a run time of {ts + opts.delay_ms}"
+            )
         parent = opts.parent_field()
         return [
             self._job_prefix,
@@ -291,12 +299,14 @@ class AsyncQueue(AsyncQueueSchedulers):
 
     async def get_deduplication_job_id(self, deduplication_id: str) -> str | None:
         """The id of the job that holds a deduplication id, or ``None`` when it is free."""
+        check_text("deduplication id", deduplication_id)
         client = await self.client()
         job_id: str | None = await client.get(self.keys.key(f"de:{deduplication_id}"))  # type: ignore[assignment]
         return job_id
 
     async def remove_deduplication_key(self, deduplication_id: str) -> bool:
         """Free a deduplication id now (its ttl or job notwithstanding); ``False`` if free."""
+        check_text("deduplication id", deduplication_id)
         client = await self.client()
         return bool(await client.delete(self.keys.key(f"de:{deduplication_id}")))
 
@@ -317,6 +327,8 @@ class AsyncQueue(AsyncQueueSchedulers):
 
     async def get_job_state(self, job_id: str) -> JobState:
         """The state of a job (``JobState.UNKNOWN`` when there is no such job)."""
+        if not names_a_job(job_id):
+            return JobState.UNKNOWN
         job = AsyncJob(queue_name=self.name, id=job_id, name="", data=None)
         job.queue = self
         return await job.get_state()

@@ -13,6 +13,7 @@ import re
 from corral import _scripts, clock
 from corral._async.queue_getters import check_int
 from corral._async.queue_limits import AsyncQueueLimits
+from corral.bounds import MAX_TIMESTAMP_MS
 from corral.errors import InvalidOptionError, QueueBusyError
 from corral.options import Duration, duration_ms
 
@@ -178,7 +179,11 @@ class AsyncQueueAdmin(AsyncQueueLimits):
         """
         _finished_state(state)
         check_int("count", count, 1)
-        until = clock.now_ms() if timestamp is None else check_int("timestamp", timestamp)
+        until = (
+            clock.now_ms()
+            if timestamp is None
+            else check_int("timestamp", timestamp, 0, MAX_TIMESTAMP_MS)
+        )
         total = 0
         while True:
             moved = int(await self._run(_RETRY_JOBS, [self._job_prefix, state, count, until]))

@@ -9,6 +9,7 @@ reads on from that id. Pass ``last_event_id`` to resume where an earlier listene
 from __future__ import annotations
 
 import logging
+import re
 from asyncio import sleep
 from collections import deque
 from collections.abc import AsyncIterator
@@ -24,7 +25,7 @@ from corral._listeners import Callback, Listeners
 from corral._supervisor import Outage
 from corral.backoff import reconnect_delay
 from corral.clock import monotonic
-from corral.errors import JobFailedError, JobNotFoundError, server_error_kind
+from corral.errors import InvalidOptionError, JobFailedError, JobNotFoundError, server_error_kind
 from corral.events import EVENT_TYPES, Completed, Failed, QueueEvent, parse_event
 
 logger = logging.getLogger("corral.events")
@@ -60,8 +61,8 @@ class AsyncQueueEvents:
     ) -> None:
         options.check_name("queue name", queue_name, colon=False)
         self.queue_name = queue_name
-        self.keys = QueueKeys(queue_name, prefix)
-        self.last_event_id = last_event_id
+        self.keys = QueueKeys(queue_name, options.check_prefix(prefix))
+        self.last_event_id = check_stream_id(last_event_id)
         self._clients = LazyClient(connection)
         self._outage = Outage(f"events {queue_name}", logger)
         self._buffer: deque[QueueEvent] = deque()
@@ -148,6 +149,23 @@ class AsyncQueueEvents:
 #: How often a wait for a job also reads the job's state (seconds): the events stream is
 #: trimmed (``maxLenEvents``), so a finish whose event was trimmed away is still seen.
 STATE_POLL_S = 1.0
+
+
+#: A stream entry id as XREAD takes it: ``<ms>`` or ``<ms>-<seq>``; ``$`` and ``0`` too.
+_STREAM_ID = re.compile(r"\$|\d{1,20}(-\d{1,20})?")
+
+
+def check_stream_id(value: Any) -> str:
+    """``last_event_id``: ``"$"`` (only new events), ``"0"`` (from the start), or an id an
+    event carried (``"1700000000000-0"``); refused now, rather than at the first read."""
+    if not isinstance(value, str) or not _STREAM_ID.fullmatch(value):
+        raise InvalidOptionError(
+            f"last_event_id must be '$', '0' or an event id like '1700000000000-0', got {value!r}"
+        )
+    ms, _, seq = value.partition("-")
+    if value != "$" and (int(ms) >= 2**64 or (seq and int(seq) >= 2**64)):
+        raise InvalidOptionError(f"last_event_id parts must be below 2**64, got {value!r}")
+    return value
 
 
 async def wait_until_finished(queue: AsyncQueueBase, job_id: str, timeout: float | None) -> Any:

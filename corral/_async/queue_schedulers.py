@@ -20,6 +20,7 @@ from corral._async._queue_base import AsyncQueueBase
 from corral._async.job import AsyncJob
 from corral._async.queue_admin import AsyncQueueAdmin
 from corral._async.queue_getters import check_int
+from corral.bounds import MAX_TIMESTAMP_MS
 from corral.errors import InvalidOptionError
 from corral.job import JobRecord
 from corral.options import Duration, JobOptions, check_name
@@ -132,7 +133,7 @@ class AsyncQueueSchedulers(AsyncQueueAdmin):
         Raises:
             InvalidOptionError: a bad argument (naming it); nothing was written.
         """
-        check_name("scheduler id", scheduler_id)
+        check_name("scheduler id", scheduler_id, colon=False)
         schedule = Schedule.build(
             every=every,
             cron=cron,
@@ -143,7 +144,7 @@ class AsyncQueueSchedulers(AsyncQueueAdmin):
             immediately=immediately,
         )
         template_args = self._template_args(scheduler_id, template)
-        now = clock.now_ms() if now_ms is None else check_int("now_ms", now_ms)
+        now = clock.now_ms() if now_ms is None else check_int("now_ms", now_ms, 0, MAX_TIMESTAMP_MS)
         first = schedule.check_runs(now)
         timing = schedule.fields()
         reply = await self._run(

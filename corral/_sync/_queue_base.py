@@ -12,6 +12,7 @@ from corral._sync._redis import LazyClient, ScriptCaller, running_loop
 from corral._sync.job import Job
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._scripts import Script
+from corral.bounds import names_a_job
 
 
 class QueueBase:
@@ -34,7 +35,7 @@ class QueueBase:
         strict: bool = False,
     ) -> None:
         self.name = options.check_name("queue name", name, colon=False)
-        self.prefix = options.check_name("prefix", prefix)
+        self.prefix = options.check_prefix(prefix)
         self.keys = QueueKeys(name, prefix)
         self._script_keys = self.keys.script_keys()
         self._job_prefix = self.keys.base + ":"
@@ -90,7 +91,10 @@ class QueueBase:
         return job
 
     def get_job(self, job_id: str) -> Job | None:
-        """The job with this id, or ``None`` when there is none."""
+        """The job with this id, or ``None`` when there is none (or ``job_id`` names one of
+        the queue's own keys, which no job can have)."""
+        if not names_a_job(job_id):
+            return None
         client = self.client()
         fields: dict[str, str] = client.hgetall(self.keys.job(job_id))  # type: ignore[assignment]
         if not fields:

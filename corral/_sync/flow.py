@@ -58,7 +58,7 @@ class FlowProducer:
         prefix: str = DEFAULT_PREFIX,
         strict: bool = False,
     ) -> None:
-        self.prefix = options.check_name("prefix", prefix)
+        self.prefix = options.check_prefix(prefix)
         self._clients = LazyClient(connection, strict=strict)
         self._queues: dict[tuple[str, str], Queue] = {}
 

@@ -14,6 +14,7 @@ import re
 from corral import _scripts, clock
 from corral._sync.queue_getters import check_int
 from corral._sync.queue_limits import QueueLimits
+from corral.bounds import MAX_TIMESTAMP_MS
 from corral.errors import InvalidOptionError, QueueBusyError
 from corral.options import Duration, duration_ms
 
@@ -179,7 +180,11 @@ class QueueAdmin(QueueLimits):
         """
         _finished_state(state)
         check_int("count", count, 1)
-        until = clock.now_ms() if timestamp is None else check_int("timestamp", timestamp)
+        until = (
+            clock.now_ms()
+            if timestamp is None
+            else check_int("timestamp", timestamp, 0, MAX_TIMESTAMP_MS)
+        )
         total = 0
         while True:
             moved = int(self._run(_RETRY_JOBS, [self._job_prefix, state, count, until]))

@@ -12,8 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from corral import bounds
 from corral._sync._queue_base import QueueBase
 from corral._sync.job import Job
+from corral.bounds import MAX_COUNT
 from corral.errors import InvalidOptionError
 
 #: Where each state keeps its ids: ``(key suffix, is a list)``. Lists are LPUSHed, so index 0
@@ -37,17 +39,16 @@ STATE_ALIASES = {"wait": "waiting", "waiting_children": "waiting-children"}
 ALL_STATES = tuple(STATE_STORAGE)
 
 
-def check_int(name: str, value: Any, minimum: int | None = 0) -> int:
-    """``value`` when it is an ``int`` (not a ``bool``) of at least ``minimum``.
+def check_int(name: str, value: Any, minimum: int | None = 0, maximum: int = MAX_COUNT) -> int:
+    """``value`` when it is an ``int`` (not a ``bool``) from ``minimum`` to ``maximum``
+    (``minimum=None``: an index, from ``-MAX_INDEX`` to ``MAX_INDEX``).
 
     Raises:
         InvalidOptionError: naming ``name`` and the value.
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidOptionError(f"{name} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise InvalidOptionError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
+    if minimum is None:
+        return bounds.check_int(name, value, None, None)
+    return bounds.check_int(name, value, minimum, maximum)
 
 
 def check_states(states: str | Iterable[str] | None) -> list[str]:
@@ -58,7 +59,14 @@ def check_states(states: str | Iterable[str] | None) -> list[str]:
     """
     if states is None:
         return list(ALL_STATES)
-    given = [states] if isinstance(states, str) else list(states)
+    if isinstance(states, str):
+        given: list[Any] = [states]
+    elif isinstance(states, Iterable):
+        given = list(states)
+    else:
+        raise InvalidOptionError(
+            f"states must be a state name or several, got {type(states).__name__} {states!r}"
+        )
     wanted: list[str] = []
     for state in given:
         # str() turns a JobState member into its value.

@@ -21,6 +21,7 @@ from corral._sync._queue_base import QueueBase
 from corral._sync.job import Job
 from corral._sync.queue_admin import QueueAdmin
 from corral._sync.queue_getters import check_int
+from corral.bounds import MAX_TIMESTAMP_MS
 from corral.errors import InvalidOptionError
 from corral.job import JobRecord
 from corral.options import Duration, JobOptions, check_name
@@ -133,7 +134,7 @@ class QueueSchedulers(QueueAdmin):
         Raises:
             InvalidOptionError: a bad argument (naming it); nothing was written.
         """
-        check_name("scheduler id", scheduler_id)
+        check_name("scheduler id", scheduler_id, colon=False)
         schedule = Schedule.build(
             every=every,
             cron=cron,
@@ -144,7 +145,7 @@ class QueueSchedulers(QueueAdmin):
             immediately=immediately,
         )
         template_args = self._template_args(scheduler_id, template)
-        now = clock.now_ms() if now_ms is None else check_int("now_ms", now_ms)
+        now = clock.now_ms() if now_ms is None else check_int("now_ms", now_ms, 0, MAX_TIMESTAMP_MS)
         first = schedule.check_runs(now)
         timing = schedule.fields()
         reply = self._run(

@@ -1,0 +1,104 @@
+"""Fixtures of the size tests: a server of their own, and a timer of server-side calls.
+
+The size tests feed the public API inputs up to 1M jobs / 100k children / 10 MB and check that
+no single call holds the server for long. Server time is read from SLOWLOG, which records the
+time each command ran inside the server (a script call is one EVALSHA entry).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import ServerProcess, free_port, server_binary
+
+#: The goal of the issue: no script call over 50 ms of server time.
+GOAL_MS = 50.0
+#: What the tests assert: ten times the goal, so that a machine whose cores are all busy does
+#: not fail them, while a call that is unbounded in its input (seconds at these sizes) does.
+#: The figures themselves are printed (and written to $CORRAL_LIMITS_REPORT when set).
+ASSERTED_MS = 10 * GOAL_MS
+#: Commands shorter than this are not recorded: the longest call is what is looked for.
+RECORD_FROM_US = 1000
+
+
+@pytest.fixture(scope="module")
+def limits_server() -> Iterator[ServerProcess]:
+    workdir = Path(tempfile.mkdtemp(prefix="corral-limits-"))
+    srv = ServerProcess(server_binary(), free_port(), workdir)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def limits_url(limits_server: ServerProcess) -> Iterator[str]:
+    """The size tests' server, flushed before each test."""
+    with redis.Redis.from_url(limits_server.url) as client:
+        client.flushall()
+    yield limits_server.url
+
+
+@dataclass
+class Longest:
+    """The longest command SLOWLOG recorded: its server time and its first words."""
+
+    ms: float
+    command: str
+
+
+class ServerTimer:
+    """Records the server time of every command over :data:`RECORD_FROM_US`."""
+
+    def __init__(self, url: str) -> None:
+        self.client = redis.Redis.from_url(url, decode_responses=True)
+        self.client.config_set("slowlog-log-slower-than", RECORD_FROM_US)
+        self.client.config_set("slowlog-max-len", 100_000)
+        self.client.slowlog_reset()
+
+    def reset(self) -> None:
+        self.client.slowlog_reset()
+
+    def longest(self) -> Longest:
+        entries = self.client.slowlog_get(100_000)
+        if not entries:
+            return Longest(RECORD_FROM_US / 1000, "(none over 1 ms)")
+        top = max(entries, key=lambda e: e["duration"])
+        words = top["command"]
+        text = words if isinstance(words, str) else " ".join(str(w) for w in words)
+        return Longest(top["duration"] / 1000, text[:80])
+
+    def check(self, what: str) -> Longest:
+        """Report the longest call since the last reset, and fail when it is unbounded."""
+        top = self.longest()
+        line = f"{what}: longest server call {top.ms:.1f} ms ({top.command})"
+        print(line)
+        report = os.environ.get("CORRAL_LIMITS_REPORT")
+        if report:
+            with open(report, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"case": what, "ms": top.ms, "command": top.command}) + "\n")
+        assert top.ms < ASSERTED_MS, line
+        self.reset()
+        return top
+
+    def close(self) -> None:
+        self.client.config_set("slowlog-log-slower-than", 10_000)
+        self.client.close()
+
+
+@pytest.fixture
+def server_timer(limits_url: str) -> Iterator[ServerTimer]:
+    timer = ServerTimer(limits_url)
+    yield timer
+    timer.close()
