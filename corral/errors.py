@@ -16,6 +16,10 @@
     │   ├── JobFailedError        wait_until_finished: the job failed (.failed_reason)
     │   └── LockMismatchError     the lock is held by another token (code -6)
     ├── QueueBusyError            the queue has active jobs (obliterate without force)
+    ├── ServerReplyError          (also redis ResponseError) the server refused a call for a
+    │                             reason no retry fixes: a key of another type, a script error
+    ├── BulkAddError              add_bulk stopped part-way: carries .jobs added and .index
+    ├── FlowAddError              a flow written in chunks stopped part-way (.written, .flow_id)
     ├── RateLimitError            raised by job code after ``rate_limit``: retry later
     ├── DelayedError              raised by job code after ``move_to_delayed``
     ├── WaitingError              raised by job code after ``move_to_wait``
@@ -29,7 +33,7 @@ redis-py's own errors (``ConnectionError``, ``TimeoutError``...) pass through un
 from __future__ import annotations
 
 import traceback
-from typing import Literal
+from typing import Any, Literal
 
 from redis import exceptions as redis_errors
 
@@ -48,6 +52,12 @@ class ServerNotAvailable(CorralError):
 
 class InvalidOptionError(CorralError, ValueError):
     """An option or argument was refused before anything was written."""
+
+
+class ServerReplyError(CorralError, redis_errors.ResponseError):
+    """The server refused a call, for a reason waiting will not fix: a key holds another type
+    than the queue's layout says (``WRONGTYPE``: data written by something else), or a script
+    failed. Also a redis-py ``ResponseError``, which is what it wraps (``__cause__``)."""
 
 
 class UnrecoverableError(CorralError):
@@ -209,3 +219,51 @@ def server_error_kind(exc: BaseException) -> ErrorKind:
         if message.startswith(_CONFIGURATION_REPLIES) or "unknown command" in message:
             return "configuration"
     return "other"
+
+
+class BulkAddError(CorralError):
+    """``add_bulk`` stopped part-way: a bulk too big for one call goes in several, and one of
+    them failed for good after earlier ones were written (the error is ``__cause__``).
+
+    ``.jobs`` are the jobs of the items that were added, in order (``add_bulk``'s answer for
+    them), and ``.index`` is the index of the first item not added (``len(jobs)``): no item
+    from there on was written, so ``add_bulk(items[exc.index:])`` adds the rest, each once.
+    When the cause is a lost connection the call at ``.index`` may have been written all the
+    same (as with ``add``): items with a ``job_id`` can be sent again safely (a duplicate id
+    writes nothing); others are best checked for first.
+    """
+
+    def __init__(self, message: str, *, jobs: list[Any], index: int) -> None:
+        super().__init__(message)
+        self.jobs = jobs
+        self.index = index
+
+
+class FlowAddError(CorralError):
+    """A flow too big for one transaction is written in chunks, and one of them failed for good
+    (a non-transient error, or resends exhausted) after earlier ones were written; the error
+    is ``__cause__``.
+
+    ``.flow_id`` names the flow (see ``FlowProducer.get_unfinished_flows``), ``.written`` lists
+    the paths of the nodes created (``"root"``, ``"root.children[3]"``; ``"flow <i>: "`` before
+    them for ``add_bulk``), and ``.unsure`` those of the chunk that failed: when the cause is a
+    lost connection it may have been written all the same. No node after them was written.
+    ``.released`` tells whether the parents written were then released to run with the
+    children they got; ``False`` when the server could not be reached for that either (they
+    wait until ``FlowProducer.release_unfinished_flow`` is called).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        flow_id: str,
+        written: list[str],
+        unsure: list[str],
+        released: bool,
+    ) -> None:
+        super().__init__(message)
+        self.flow_id = flow_id
+        self.written = written
+        self.unsure = unsure
+        self.released = released

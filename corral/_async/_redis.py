@@ -12,7 +12,7 @@ from redis.exceptions import NoScriptError, ResponseError, WatchError
 from corral import _wire, connection
 from corral._scripts import Script
 from corral._wire import AsyncWire
-from corral.errors import ConfigurationError
+from corral.errors import ConfigurationError, ServerReplyError, server_error_kind
 
 #: Connections a client opened from a URL keeps at most; callers that wait for more (many
 #: concurrent adds, a worker's slots) queue for a free one instead of failing.
@@ -139,12 +139,11 @@ async def run_script(client: Redis, script: Script, keys: list[str], args: list[
 
 async def run_atomically(
     client: Redis,
-    script: Script,
-    calls: Sequence[tuple[list[str], list[Any]]],
+    calls: Sequence[tuple[Script, list[str], list[Any]]],
     *,
     must_exist: Collection[str] = (),
 ) -> tuple[list[Any], str | None]:
-    """EVALSHA ``script`` once per ``(keys, args)`` of ``calls`` in one MULTI/EXEC.
+    """EVALSHA each ``(script, keys, args)`` of ``calls``, in order, in one MULTI/EXEC.
 
     Every key of ``must_exist`` is WATCHed and checked first: when one is missing nothing runs
     and it is returned as the second element. MULTI/EXEC does not roll back a script that
@@ -156,7 +155,8 @@ async def run_atomically(
         ``(replies, None)``, or ``([], missing key)`` when nothing was written.
     """
     # Loaded before MULTI: a NOSCRIPT inside the transaction would fail it all.
-    await client.script_load(script.source)
+    for script in {script.sha: script for script, _, _ in calls}.values():
+        await client.script_load(script.source)
     watched = sorted(set(must_exist))
     while True:
         async with client.pipeline(transaction=True) as pipe:
@@ -169,7 +169,7 @@ async def run_atomically(
                         if not await pipe.exists(key):
                             return [], key
                     untyped.multi()
-                for keys, args in calls:
+                for script, keys, args in calls:
                     pipe.evalsha(script.sha, len(keys), *keys, *args)
                 return list(await pipe.execute()), None
             except WatchError:
@@ -211,9 +211,14 @@ class ScriptCaller:
     async def __call__(self, script: Script, args: list[Any]) -> Any:
         count = 3 + len(self._keys) + len(args)
         packed = b"*%d\r\n" % count + self._prefix(script) + _wire.pack_args(args)
-        if self._wire is not None:
-            return await self._wire.call(packed, script)
-        return await self._pooled(packed, script)
+        try:
+            if self._wire is not None:
+                return await self._wire.call(packed, script)
+            return await self._pooled(packed, script)
+        except ResponseError as exc:
+            if server_error_kind(exc) != "other" or isinstance(exc, ServerReplyError):
+                raise  # transient or a setting: the callers' retries and outages handle them
+            raise ServerReplyError(f"script {script.name} failed: {exc}") from exc
 
     async def _pooled(self, packed: bytes, script: Script) -> Any:
         # redis-py leaves these connection calls partly untyped (and differently per API).

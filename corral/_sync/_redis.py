@@ -13,7 +13,7 @@ from redis.exceptions import NoScriptError, ResponseError, WatchError
 from corral import _wire, connection
 from corral._scripts import Script
 from corral._wire import Wire
-from corral.errors import ConfigurationError
+from corral.errors import ConfigurationError, ServerReplyError, server_error_kind
 
 #: Connections a client opened from a URL keeps at most; callers that wait for more (many
 #: concurrent adds, a worker's slots) queue for a free one instead of failing.
@@ -140,12 +140,11 @@ def run_script(client: Redis, script: Script, keys: list[str], args: list[Any]) 
 
 def run_atomically(
     client: Redis,
-    script: Script,
-    calls: Sequence[tuple[list[str], list[Any]]],
+    calls: Sequence[tuple[Script, list[str], list[Any]]],
     *,
     must_exist: Collection[str] = (),
 ) -> tuple[list[Any], str | None]:
-    """EVALSHA ``script`` once per ``(keys, args)`` of ``calls`` in one MULTI/EXEC.
+    """EVALSHA each ``(script, keys, args)`` of ``calls``, in order, in one MULTI/EXEC.
 
     Every key of ``must_exist`` is WATCHed and checked first: when one is missing nothing runs
     and it is returned as the second element. MULTI/EXEC does not roll back a script that
@@ -157,7 +156,8 @@ def run_atomically(
         ``(replies, None)``, or ``([], missing key)`` when nothing was written.
     """
     # Loaded before MULTI: a NOSCRIPT inside the transaction would fail it all.
-    client.script_load(script.source)
+    for script in {script.sha: script for script, _, _ in calls}.values():
+        client.script_load(script.source)
     watched = sorted(set(must_exist))
     while True:
         with client.pipeline(transaction=True) as pipe:
@@ -170,7 +170,7 @@ def run_atomically(
                         if not pipe.exists(key):
                             return [], key
                     untyped.multi()
-                for keys, args in calls:
+                for script, keys, args in calls:
                     pipe.evalsha(script.sha, len(keys), *keys, *args)
                 return list(pipe.execute()), None
             except WatchError:
@@ -212,9 +212,14 @@ class ScriptCaller:
     def __call__(self, script: Script, args: list[Any]) -> Any:
         count = 3 + len(self._keys) + len(args)
         packed = b"*%d\r\n" % count + self._prefix(script) + _wire.pack_args(args)
-        if self._wire is not None:
-            return self._wire.call(packed, script)
-        return self._pooled(packed, script)
+        try:
+            if self._wire is not None:
+                return self._wire.call(packed, script)
+            return self._pooled(packed, script)
+        except ResponseError as exc:
+            if server_error_kind(exc) != "other" or isinstance(exc, ServerReplyError):
+                raise  # transient or a setting: the callers' retries and outages handle them
+            raise ServerReplyError(f"script {script.name} failed: {exc}") from exc
 
     def _pooled(self, packed: bytes, script: Script) -> Any:
         # redis-py leaves these connection calls partly untyped (and differently per API).
