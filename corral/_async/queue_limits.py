@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from corral._async.queue_getters import AsyncQueueGetters, check_int
 from corral._codec import encode_data
+from corral.bounds import check_text
 from corral.errors import InvalidOptionError
 from corral.events import EVENT_TYPES
 from corral.options import Duration, check_name, duration_ms
@@ -92,11 +93,21 @@ class AsyncQueueLimits(AsyncQueueGetters):
         check_name("event name", name)
         if name in EVENT_TYPES:
             raise InvalidOptionError(f"event name {name!r} is one of BullMQ's own events")
+        if fields is not None and not isinstance(fields, Mapping):
+            raise InvalidOptionError(f"fields must be a dict, got {type(fields).__name__}")
         entry: dict[str, str] = {"event": name}  # BullMQ's entries start with `event`
         for key, value in (fields or {}).items():
+            check_name("fields key", key)
             if key == "event":
                 raise InvalidOptionError("fields must not contain 'event'")
-            entry[str(key)] = value if isinstance(value, str) else encode_data(value)
+            try:
+                if not isinstance(value, str):
+                    value = encode_data(value)
+                elif value:  # an empty value is fine; a lone surrogate is not
+                    check_text("value", value)
+                entry[key] = value
+            except InvalidOptionError as exc:
+                raise InvalidOptionError(f"fields[{key!r}]: {exc}") from None
         client = await self.client()
         max_len = int(await client.hget(self.keys.meta, "opts.maxLenEvents") or 10_000)
         event_id = await client.xadd(

@@ -164,6 +164,7 @@ class AsyncQueueSchedulers(AsyncQueueAdmin):
 
     async def get_job_scheduler(self, scheduler_id: str) -> JobScheduler | None:
         """The scheduler with this id, or ``None``."""
+        check_name("scheduler id", scheduler_id)
         client = await self.client()
         async with client.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.key(f"repeat:{scheduler_id}"))
@@ -206,6 +207,7 @@ class AsyncQueueSchedulers(AsyncQueueAdmin):
 
         An iteration that is running finishes; no other is created.
         """
+        check_name("scheduler id", scheduler_id)
         return int(await self._run(_REMOVE, [self._job_prefix, scheduler_id])) == 1
 
 

@@ -278,6 +278,10 @@ class QueueGetters(QueueBase):
         Raises:
             InvalidOptionError: a priority that is not an integer >= 0.
         """
+        if not isinstance(priorities, Iterable):
+            raise InvalidOptionError(
+                f"priorities must be several priorities, got {type(priorities).__name__}"
+            )
         wanted: list[int] = []
         for priority in priorities:
             if check_int("priority", priority) not in wanted:

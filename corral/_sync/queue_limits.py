@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from corral._sync.queue_getters import QueueGetters, check_int
 from corral._codec import encode_data
+from corral.bounds import check_text
 from corral.errors import InvalidOptionError
 from corral.events import EVENT_TYPES
 from corral.options import Duration, check_name, duration_ms
@@ -93,11 +94,21 @@ class QueueLimits(QueueGetters):
         check_name("event name", name)
         if name in EVENT_TYPES:
             raise InvalidOptionError(f"event name {name!r} is one of BullMQ's own events")
+        if fields is not None and not isinstance(fields, Mapping):
+            raise InvalidOptionError(f"fields must be a dict, got {type(fields).__name__}")
         entry: dict[str, str] = {"event": name}  # BullMQ's entries start with `event`
         for key, value in (fields or {}).items():
+            check_name("fields key", key)
             if key == "event":
                 raise InvalidOptionError("fields must not contain 'event'")
-            entry[str(key)] = value if isinstance(value, str) else encode_data(value)
+            try:
+                if not isinstance(value, str):
+                    value = encode_data(value)
+                elif value:  # an empty value is fine; a lone surrogate is not
+                    check_text("value", value)
+                entry[key] = value
+            except InvalidOptionError as exc:
+                raise InvalidOptionError(f"fields[{key!r}]: {exc}") from None
         client = self.client()
         max_len = int(client.hget(self.keys.meta, "opts.maxLenEvents") or 10_000)
         event_id = client.xadd(

@@ -165,6 +165,7 @@ class QueueSchedulers(QueueAdmin):
 
     def get_job_scheduler(self, scheduler_id: str) -> JobScheduler | None:
         """The scheduler with this id, or ``None``."""
+        check_name("scheduler id", scheduler_id)
         client = self.client()
         with client.pipeline(transaction=True) as pipe:
             pipe.hgetall(self.keys.key(f"repeat:{scheduler_id}"))
@@ -207,6 +208,7 @@ class QueueSchedulers(QueueAdmin):
 
         An iteration that is running finishes; no other is created.
         """
+        check_name("scheduler id", scheduler_id)
         return int(self._run(_REMOVE, [self._job_prefix, scheduler_id])) == 1
 
 

@@ -82,6 +82,15 @@ BIG = sys.maxsize  # 2**63 - 1
         (lambda q: q.set_global_rate_limit(10**17, 1), "max_jobs must be an integer from 1 to"),
         (lambda q: q.set_global_concurrency(2**63), "concurrency must be an integer from 1 to"),
         (lambda q: q.rate_limit(1e17), "duration must be at most"),
+        (lambda q: q.get_counts_per_priority(0), "priorities must be several priorities"),
+        (lambda q: q.get_job_counts({"a": 1}), "unknown job state"),
+        (lambda q: q.get_job_scheduler(False), "scheduler id must be a non-empty string"),
+        (lambda q: q.get_job_scheduler("\ud800"), "scheduler id must be valid text"),
+        (lambda q: q.remove_job_scheduler(False), "scheduler id must be a non-empty string"),
+        (lambda q: q.publish_event("e", object()), "fields must be a dict"),
+        (lambda q: q.publish_event("e", {"a": float("nan")}), r"fields\['a'\]: data must be"),
+        (lambda q: q.publish_event("e", {"a": "\ud800"}), r"fields\['a'\]: value must be"),
+        (lambda q: q.publish_event("e", {1: "x"}), "fields key must be a non-empty string"),
     ],
 )
 async def test_refused_and_nothing_written(
