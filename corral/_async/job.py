@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
 from corral._async.job_flow import AsyncJobFlowMixin
+from corral.bounds import MAX_TIMESTAMP_MS, check_int
 from corral.errors import InvalidOptionError, failure_reason, script_error
 from corral.job import JobRecord, JobState
 from corral.options import MAX_PRIORITY, Duration, duration_ms, retention_limits
@@ -197,6 +198,10 @@ class AsyncJob(JobRecord, AsyncJobFlowMixin):
         Returns:
             ``(lines, total)``.
         """
+        check_int("start", start, None, None)
+        check_int("end", end, None, None)
+        if not isinstance(asc, bool):
+            raise InvalidOptionError(f"asc must be True or False, got {asc!r}")
         key = self.queue.keys.logs(self.id)
         client = await self.queue.client()
         async with client.pipeline(transaction=True) as pipe:
@@ -215,8 +220,7 @@ class AsyncJob(JobRecord, AsyncJobFlowMixin):
 
         One command, so it needs no script to be atomic.
         """
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-            raise InvalidOptionError(f"keep must be an integer >= 0, got {keep!r}")
+        check_int("keep", keep)
         key = self.queue.keys.logs(self.id)
         client = await self.queue.client()
         if keep == 0:
@@ -249,7 +253,12 @@ class AsyncJob(JobRecord, AsyncJobFlowMixin):
             JobStateError: the job is not delayed.
         """
         delay_ms = duration_ms("delay", delay)
-        await self._change(_CHANGE_DELAY, clock.now_ms(), delay_ms)
+        now = clock.now_ms()
+        if now + delay_ms > MAX_TIMESTAMP_MS:
+            raise InvalidOptionError(
+                f"delay must end before {MAX_TIMESTAMP_MS} (epoch ms, 2039-09-07), got {delay!r}"
+            )
+        await self._change(_CHANGE_DELAY, now, delay_ms)
         self.delay = delay_ms
 
     async def change_priority(self, priority: int, *, lifo: bool = False) -> None:
@@ -406,8 +415,7 @@ class AsyncJob(JobRecord, AsyncJobFlowMixin):
             JobNotFoundError, LockMissingError, LockMismatchError, NotActiveError: the job
                 is gone, or not held with this token; nothing was written.
         """
-        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
-            raise InvalidOptionError(f"timestamp_ms must be epoch ms >= 0, got {timestamp_ms!r}")
+        check_int("timestamp_ms", timestamp_ms, 0, MAX_TIMESTAMP_MS)
         self.delay = await self._change(
             _MOVE_TO_DELAYED, self._token(token), clock.now_ms(), timestamp_ms
         )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
 from corral._sync.job_flow import JobFlowMixin
+from corral.bounds import MAX_TIMESTAMP_MS, check_int
 from corral.errors import InvalidOptionError, failure_reason, script_error
 from corral.job import JobRecord, JobState
 from corral.options import MAX_PRIORITY, Duration, duration_ms, retention_limits
@@ -198,6 +199,10 @@ class Job(JobRecord, JobFlowMixin):
         Returns:
             ``(lines, total)``.
         """
+        check_int("start", start, None, None)
+        check_int("end", end, None, None)
+        if not isinstance(asc, bool):
+            raise InvalidOptionError(f"asc must be True or False, got {asc!r}")
         key = self.queue.keys.logs(self.id)
         client = self.queue.client()
         with client.pipeline(transaction=True) as pipe:
@@ -216,8 +221,7 @@ class Job(JobRecord, JobFlowMixin):
 
         One command, so it needs no script to be atomic.
         """
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-            raise InvalidOptionError(f"keep must be an integer >= 0, got {keep!r}")
+        check_int("keep", keep)
         key = self.queue.keys.logs(self.id)
         client = self.queue.client()
         if keep == 0:
@@ -250,7 +254,12 @@ class Job(JobRecord, JobFlowMixin):
             JobStateError: the job is not delayed.
         """
         delay_ms = duration_ms("delay", delay)
-        self._change(_CHANGE_DELAY, clock.now_ms(), delay_ms)
+        now = clock.now_ms()
+        if now + delay_ms > MAX_TIMESTAMP_MS:
+            raise InvalidOptionError(
+                f"delay must end before {MAX_TIMESTAMP_MS} (epoch ms, 2039-09-07), got {delay!r}"
+            )
+        self._change(_CHANGE_DELAY, now, delay_ms)
         self.delay = delay_ms
 
     def change_priority(self, priority: int, *, lifo: bool = False) -> None:
@@ -407,8 +416,7 @@ class Job(JobRecord, JobFlowMixin):
             JobNotFoundError, LockMissingError, LockMismatchError, NotActiveError: the job
                 is gone, or not held with this token; nothing was written.
         """
-        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
-            raise InvalidOptionError(f"timestamp_ms must be epoch ms >= 0, got {timestamp_ms!r}")
+        check_int("timestamp_ms", timestamp_ms, 0, MAX_TIMESTAMP_MS)
         self.delay = self._change(
             _MOVE_TO_DELAYED, self._token(token), clock.now_ms(), timestamp_ms
         )

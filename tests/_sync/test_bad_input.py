@@ -195,3 +195,30 @@ def test_a_key_of_another_type_gives_a_corral_error(queue: Queue, r: redis.Redis
     with pytest.raises(ServerReplyError, match="WRONGTYPE") as caught:
         queue.add("a")
     assert isinstance(caught.value, redis.ResponseError)  # what callers caught before
+
+
+JobCall = Callable[[Any], Awaitable[Any]]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda job: job.get_logs(0, 2**63), "end must be an integer from"),
+        (lambda job: job.get_logs(0.5), "start must be an integer"),
+        (lambda job: job.get_logs(0, None), "end must be an integer"),
+        (lambda job: job.get_logs(asc=1), "asc must be True or False"),
+        (lambda job: job.clear_logs(2**64), "keep must be an integer from 0 to"),
+        (lambda job: job.change_delay(1e16), "delay must be at most"),
+        (lambda job: job.move_to_delayed(2**63, "t"), "timestamp_ms must be an integer from 0"),
+        (lambda job: job.change_priority(2**63), "priority"),
+    ],
+)
+def test_job_calls_refuse_and_write_nothing(
+    queue: Queue, r: redis.Redis, call: JobCall, message: str
+) -> None:
+    job = queue.add("a", delay=60)
+    job.log("line")
+    before = snapshot(r)
+    with pytest.raises(InvalidOptionError, match=message):
+        call(job)
+    assert snapshot(r) == before
