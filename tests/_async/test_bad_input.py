@@ -223,3 +223,14 @@ async def test_job_calls_refuse_and_write_nothing(
     with pytest.raises(InvalidOptionError, match=message):
         await call(job)
     assert snapshot(r) == before
+
+
+@pytest.mark.parametrize("stored", ["1e20", "abc", "-5", "nan", "2.5e9"])
+async def test_a_bad_events_cap_written_by_another_client_does_not_break_adds(
+    queue: AsyncQueue, r: redis.Redis, stored: str
+) -> None:
+    await queue.add("first")
+    r.hset("bull:q:meta", "opts.maxLenEvents", stored)
+    job = await queue.add("second")  # XADD MAXLEN would refuse the stored value
+    assert r.hget(f"bull:q:{job.id}", "name") == "second"
+    assert r.lrange("bull:q:wait", 0, -1) == [job.id, "1"]
