@@ -11,7 +11,8 @@
 --       ARGV[1] .. suffix.
 -- ARGV[1] key prefix of the queue's jobs ("bull:q:")
 -- ARGV[2] scheduler id
--- Returns 1 when there was such a scheduler, else 0.
+-- Returns 1 when there was such a scheduler, else 0. An id K:repeat does not list that holds a
+-- ':' deletes nothing: K:repeat:<id> is then another scheduler's iteration (a job hash).
 -- Error codes: none.
 -- @include keys
 -- @include events
@@ -23,7 +24,13 @@ local prefix = ARGV[1]
 local scheduler_id = ARGV[2]
 local repeat_key = prefix .. "repeat"
 local score = rcall("ZSCORE", repeat_key, scheduler_id)
-local found = rcall("DEL", repeat_key .. ":" .. scheduler_id)
+local found = 0
+-- K:repeat:<id> is deleted when the id is a scheduler's; without a ':' it can be nothing else
+-- (a hash left without its K:repeat entry). An id with one, "a:1700000000000", that K:repeat
+-- does not list names the hash of scheduler a's iteration: that is not deleted.
+if score or not string.find(scheduler_id, ":", 1, true) then
+  found = rcall("DEL", repeat_key .. ":" .. scheduler_id)
+end
 if score then
   found = 1
   rcall("ZREM", repeat_key, scheduler_id)

@@ -234,3 +234,14 @@ async def test_a_bad_events_cap_written_by_another_client_does_not_break_adds(
     job = await queue.add("second")  # XADD MAXLEN would refuse the stored value
     assert r.hget(f"bull:q:{job.id}", "name") == "second"
     assert r.lrange("bull:q:wait", 0, -1) == [job.id, "1"]
+
+
+async def test_removing_a_scheduler_id_with_a_colon_spares_another_schedulers_iteration(
+    queue: AsyncQueue, r: redis.Redis
+) -> None:
+    job = await queue.upsert_job_scheduler("a", every=60)
+    assert job is not None  # its id is repeat:a:<ms>, its hash K:repeat:a:<ms>
+    alias = job.id.removeprefix("repeat:")  # "a:<ms>": as a scheduler id, the same key
+    assert await queue.remove_job_scheduler(alias) is False
+    assert r.exists(f"bull:q:{job.id}")
+    assert await queue.get_job(job.id) is not None
