@@ -14,7 +14,7 @@ from typing import Any
 from corral import bounds
 from corral._async._queue_base import AsyncQueueBase
 from corral._async.job import AsyncJob
-from corral.bounds import MAX_COUNT
+from corral.bounds import MAX_COUNT, names_a_job
 from corral.errors import InvalidOptionError
 
 #: Where each state keeps its ids: ``(key suffix, is a list)``. Lists are LPUSHed, so index 0
@@ -227,6 +227,8 @@ class AsyncQueueGetters(AsyncQueueBase):
         """
         check_int("start", start, None)
         check_int("end", end, None)
+        if not names_a_job(job_id):
+            return [], 0
         return await self._bind(job_id, {}).get_logs(start, end, asc=asc)
 
     async def get_metrics(self, kind: str, start: int = 0, end: int = -1) -> Metrics:

@@ -15,7 +15,7 @@ from typing import Any
 from corral import bounds
 from corral._sync._queue_base import QueueBase
 from corral._sync.job import Job
-from corral.bounds import MAX_COUNT
+from corral.bounds import MAX_COUNT, names_a_job
 from corral.errors import InvalidOptionError
 
 #: Where each state keeps its ids: ``(key suffix, is a list)``. Lists are LPUSHed, so index 0
@@ -228,6 +228,8 @@ class QueueGetters(QueueBase):
         """
         check_int("start", start, None)
         check_int("end", end, None)
+        if not names_a_job(job_id):
+            return [], 0
         return self._bind(job_id, {}).get_logs(start, end, asc=asc)
 
     def get_metrics(self, kind: str, start: int = 0, end: int = -1) -> Metrics:

@@ -67,6 +67,8 @@ BIG = sys.maxsize  # 2**63 - 1
         (lambda q: q.get_jobs("waiting", 0, 2**63), "end must be an integer from"),
         (lambda q: q.get_jobs("waiting", -(2**64)), "start must be an integer from"),
         (lambda q: q.get_job_logs("1", 0, 2**63), "end must be an integer from"),
+        (lambda q: q.get_job_logs("\ud800"), "job_id must be valid text"),
+        (lambda q: q.get_job_logs(7), "job_id must be a non-empty string"),
         (lambda q: q.get_metrics("completed", 2**63), "start must be an integer from"),
         (lambda q: q.get_job_schedulers(0, 2**63), "end must be an integer from"),
         (lambda q: q.get_counts_per_priority([2**63]), "priority must be an integer from 0"),

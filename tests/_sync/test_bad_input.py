@@ -68,6 +68,8 @@ BIG = sys.maxsize  # 2**63 - 1
         (lambda q: q.get_jobs("waiting", 0, 2**63), "end must be an integer from"),
         (lambda q: q.get_jobs("waiting", -(2**64)), "start must be an integer from"),
         (lambda q: q.get_job_logs("1", 0, 2**63), "end must be an integer from"),
+        (lambda q: q.get_job_logs("\ud800"), "job_id must be valid text"),
+        (lambda q: q.get_job_logs(7), "job_id must be a non-empty string"),
         (lambda q: q.get_metrics("completed", 2**63), "start must be an integer from"),
         (lambda q: q.get_job_schedulers(0, 2**63), "end must be an integer from"),
         (lambda q: q.get_counts_per_priority([2**63]), "priority must be an integer from 0"),
@@ -189,7 +191,9 @@ def test_queue_events_take_every_id_xread_takes(redis_url: str, last_event_id: s
         events.close()
 
 
-def test_a_key_of_another_type_gives_a_corral_error(queue: Queue, r: redis.Redis) -> None:
+def test_a_key_of_another_type_gives_a_corral_error(
+    queue: Queue, r: redis.Redis
+) -> None:
     # Something else wrote the queue's wait list as a string: the add script fails on it.
     r.set("bull:q:wait", "not a list")
     with pytest.raises(ServerReplyError, match="WRONGTYPE") as caught:
