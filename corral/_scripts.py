@@ -120,3 +120,6 @@ def parse_fetched(raw: list[Any], start: int) -> list[Fetched]:
         fields = dict(zip(pairs, pairs, strict=False))  # HGETALL's flat pairs (always even)
         jobs.append(Fetched(text(raw[i]), text(raw[i + 1]), fields))
     return jobs
+
+
+RELEASE_PARENTS = load("release_parents")

@@ -8,7 +8,7 @@ too), :class:`JobNode` is a job as added or read back with the nodes below it, a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypedDict, TypeVar
 
@@ -74,6 +74,27 @@ class Dependencies(TypedDict):
     #: Children that failed with ``ignore_dependency_on_failure`` (or
     #: ``continue_parent_on_failure``) and their failed reasons.
     ignored: dict[str, str]
+
+
+@dataclass(frozen=True)
+class UnfinishedFlow:
+    """A flow being written in chunks, or whose producer stopped part-way
+    (``FlowProducer.get_unfinished_flows``): some of its parents are marked, and wait for it.
+    """
+
+    #: The id that ``release_unfinished_flow`` takes (also ``FlowAddError.flow_id``).
+    flow_id: str
+    #: The full key of its (first) root job, and how many trees it writes (``add_bulk``).
+    root: str
+    trees: int
+    #: How many jobs it has, and how many were written before its last chunk began.
+    jobs: int
+    written: int
+    #: When its first and its last chunk began (epoch ms).
+    started_ms: int
+    updated_ms: int
+    #: How many of its parents are still marked (they wait for the flow's end).
+    marked: int
 
 
 @dataclass
@@ -148,3 +169,36 @@ def breadth_first(root: FlowNode) -> Iterator[FlowNode]:
     while level:
         yield from level
         level = [child for node in level for child in node.children]
+
+
+def check_ids(nodes: Sequence[tuple[FlowNode, str, str]]) -> None:
+    """Refuse a node whose job is one of the nodes above it, or the root's own ``parent``:
+    it would be a duplicate of that job rather than its child (nothing would be added for it)
+    and the parent would wait for itself.
+
+    Args:
+        nodes: every node (parents first) with its full job key and the full key of the
+            parent it names (``""`` for none).
+    """
+    first: dict[str, FlowNode] = {}
+    keys: dict[int, str] = {}
+    for node, key, parent_key in nodes:
+        keys[id(node)] = key
+        above = None
+        if node.parent is None and parent_key == key:
+            what = "its parent"
+        elif key in first:
+            # Only a repeated key walks up the tree: ids are seldom repeated.
+            above = node.parent
+            while above is not None and keys[id(above)] != key:
+                above = above.parent
+            if above is None:
+                continue  # a repeated id elsewhere in the tree: the later node is a no-op
+            what = "its parent" if above is node.parent else f"the node {above.path} above it"
+        else:
+            first[key] = node
+            continue
+        raise InvalidOptionError(
+            f"flow node {node.path} ({node.node.name!r}): job id {key.rpartition(':')[2]!r} "
+            f"is the id of {what}; a job cannot be its own child"
+        )

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.exceptions import NoScriptError, ResponseError, WatchError
+from redis.exceptions import NoScriptError, ResponseError
 
 from corral import _wire, connection
 from corral._scripts import Script
@@ -151,29 +151,69 @@ async def run_atomically(
     true for the whole transaction this way; when a watched key changes before EXEC, the
     transaction is tried again.
 
+    The transaction is packed here (:mod:`corral._wire`) and sent on one connection of the
+    client's pool: a flow's hundreds of calls of twenty-odd arguments each cost several times
+    more to pack through redis-py's pipeline than the server takes to run them.
+
     Returns:
         ``(replies, None)``, or ``([], missing key)`` when nothing was written.
+
+    Raises:
+        ServerReplyError: the first error among the replies that waiting will not fix (the
+            other calls of the transaction ran).
+        redis.exceptions.ResponseError: a transient one (the same), or the transaction was
+            refused as a whole (EXECABORT: nothing ran).
     """
     # Loaded before MULTI: a NOSCRIPT inside the transaction would fail it all.
     for script in {script.sha: script for script, _, _ in calls}.values():
         await client.script_load(script.source)
     watched = sorted(set(must_exist))
-    while True:
-        async with client.pipeline(transaction=True) as pipe:
+    body = [_wire.pack(["MULTI"])]
+    for script, keys, args in calls:
+        body.append(_wire.pack(["EVALSHA", script.sha, len(keys), *keys, *args]))
+    body.append(_wire.pack(["EXEC"]))
+    packed = b"".join(body)
+    # redis-py leaves these connection calls partly untyped (and differently per API).
+    pool: Any = client.connection_pool
+    conn: Any = await pool.get_connection()
+    try:
+        while True:
+            if watched:
+                await conn.send_packed_command([_wire.pack(["WATCH", *watched])])
+                await conn.read_response()
+                for key in watched:
+                    await conn.send_packed_command([_wire.pack(["EXISTS", key])])
+                    if not await conn.read_response():
+                        await conn.send_packed_command([_wire.pack(["UNWATCH"])])
+                        await conn.read_response()
+                        return [], key
+            await conn.send_packed_command([packed], check_health=False)
+            failure: ResponseError | None = None
+            for _ in range(len(calls) + 1):  # +OK for MULTI, +QUEUED for each call
+                try:
+                    await conn.read_response()
+                except ResponseError as exc:  # not queued: EXEC answers EXECABORT
+                    failure = failure or exc
             try:
-                if watched:
-                    # Partly untyped in redis-py (watch in one API, multi in the other).
-                    untyped: Any = pipe
-                    await untyped.watch(*watched)
-                    for key in watched:
-                        if not await pipe.exists(key):
-                            return [], key
-                    untyped.multi()
-                for script, keys, args in calls:
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
-                return list(await pipe.execute()), None
-            except WatchError:
+                replies = await conn.read_response()
+            except ResponseError as exc:
+                raise failure or exc from None
+            if replies is None:  # a watched key changed: nothing ran
                 continue
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    if server_error_kind(reply) != "other" or isinstance(reply, ServerReplyError):
+                        raise reply  # transient or a setting: the callers' retries handle them
+                    raise ServerReplyError(f"a call of the transaction failed: {reply}") from reply
+            return list(replies), None
+    except ResponseError:
+        raise  # every reply was read: the connection is fine
+    except BaseException:
+        # A reply may still be on its way (a cancelled or broken call): never reuse it.
+        await conn.disconnect()
+        raise
+    finally:
+        await pool.release(conn)
 
 
 class ScriptCaller:

@@ -1,30 +1,56 @@
 """``AsyncFlowProducer``: add trees of jobs whose parents wait for their children, and read
 them back (BullMQ's ``FlowProducer``).
 
-A whole tree, or several (``add_bulk``), goes in one MULTI/EXEC of ``add_job.lua``, parents
-before their children: a parent is parked in waiting-children, each child joins its parent's
-``:dependencies``. Every node is checked first, so a bad one means nothing is written. The
-queues of a flow share the producer's prefix and may differ from node to node.
+A tree, or several (``add_bulk``), is written parents before their children with
+``add_job.lua``: a parent is parked in waiting-children, each child joins its parent's
+``:dependencies``. Every node is checked first, so a bad one means nothing is written. A flow
+of up to ``FLOW_CHUNK_JOBS`` jobs goes in one MULTI/EXEC, all or nothing; a bigger one in
+chunks of that size, each its own transaction, so that no call holds the server for long
+(``corral._flow_chunks``: marked parents wait for the chunks still to come). Each
+transaction ends with ``release_parents.lua``, which releases a parent left with no child to
+wait for (its children were not created: deduplicated, an idempotency key's hit, an existing
+job id). The queues of a flow share the producer's prefix and may differ from node to node.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Iterable
+from asyncio import sleep
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 
-from corral import _codec, _scripts, options
-from corral._async._redis import LazyClient, run_atomically
+from corral import _flow_chunks, _scripts, options
+from corral._adds import MAX_ADD_RETRIES, add_retry_delay
+from corral._async._redis import LazyClient, run_atomically, run_script
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue, external_parents, missing_parent
+from corral._flow_chunks import Chunk, flow_add_error
 from corral._keys import DEFAULT_PREFIX, split_job_key
-from corral.errors import InvalidOptionError
-from corral.flow_job import FlowJob, FlowNode, JobNode, breadth_first, flow_nodes
+from corral._supervisor import Outage
+from corral.clock import now_ms
+from corral.errors import InvalidOptionError, ParentNotFoundError, server_error_kind
+from corral.flow_job import (
+    FlowJob,
+    FlowNode,
+    JobNode,
+    UnfinishedFlow,
+    breadth_first,
+    check_ids,
+    flow_nodes,
+)
+
+logger = logging.getLogger("corral.flow")
 
 #: ``get_flow``'s default cap on the children read per kind (pending, processed...) and node.
 MAX_CHILDREN = 1000
+
+#: One node as planned: where it is in the tree, its queue, and its add_job.lua ARGV.
+Planned = tuple[FlowNode, AsyncQueue, list[Any]]
+#: One script call of a transaction: the script, its KEYS and its ARGV.
+Call = tuple[_scripts.Script, list[str], list[Any]]
 
 
 class AsyncFlowProducer:
@@ -36,6 +62,8 @@ class AsyncFlowProducer:
         prefix: key prefix of every queue of the flows, ``bull`` by default. On Redis Cluster,
             give it a hash tag (``{bull}``): one flow is one transaction over several queues.
         strict: refuse, rather than warn about, a server whose maxmemory-policy evicts keys.
+        add_retries: how many times a chunk of a flow too big for one transaction is sent
+            again after a transient error (a resend never creates a job twice); 0 for none.
 
     Example::
 
@@ -56,10 +84,13 @@ class AsyncFlowProducer:
         connection: str | Redis | None = None,
         prefix: str = DEFAULT_PREFIX,
         strict: bool = False,
+        add_retries: int = 20,
     ) -> None:
         self.prefix = options.check_prefix(prefix)
+        self.add_retries = options.int_option("add_retries", add_retries, 0, MAX_ADD_RETRIES)
         self._clients = LazyClient(connection, strict=strict)
         self._queues: dict[tuple[str, str], AsyncQueue] = {}
+        self._outage = Outage("flow producer", logger)
 
     @property
     def _client(self) -> Redis | None:
@@ -85,7 +116,7 @@ class AsyncFlowProducer:
         key = (prefix or self.prefix, name)
         queue = self._queues.get(key)
         if queue is None:
-            queue = AsyncQueue(name, prefix=key[0])
+            queue = AsyncQueue(name, prefix=key[0], add_retries=self.add_retries)
             if self._client is not None:
                 self._attach(queue)
             self._queues[key] = queue
@@ -94,11 +125,19 @@ class AsyncFlowProducer:
     # -- adding --------------------------------------------------------------------------------
 
     async def add(self, tree: FlowJob | dict[str, Any]) -> JobNode[AsyncJob]:
-        """Add one flow atomically and return its jobs as a tree.
+        """Add one flow and return its jobs as a tree.
 
         Parents (nodes with children) wait in waiting-children until their children are
         done; leaves are queued like ``Queue.add`` queues them. Job ids are UUID v4s unless a
         node's options give ``job_id``; each queue's ``K:id`` is counted per job all the same.
+        A flow of up to ``FLOW_CHUNK_JOBS`` (250) jobs is written in one transaction, all or
+        nothing; a bigger one in chunks, and no parent runs before all its children are
+        written (see ``docs/flows.md``).
+
+        A child that is not created (a ``job_id`` that exists already, a ``deduplication``
+        id held by another job, an ``idempotency_key`` used within its window) is no
+        dependency of its parent: its node is the existing job, and the parent does not wait
+        for it (a parent left with nothing to wait for is queued at once).
 
         Args:
             tree: the root :class:`FlowJob`, or a dict with the keys ``name``,
@@ -107,17 +146,22 @@ class AsyncFlowProducer:
         Raises:
             InvalidOptionError: a node was refused (the message names its path, e.g.
                 ``root.children[1]``); nothing was written.
-            ParentNotFoundError: the root names a ``parent`` that does not exist.
+            ParentNotFoundError: the root names a ``parent`` that does not exist; nothing was
+                written.
+            FlowAddError: a flow written in chunks stopped part-way; its parents written so
+                far were released to run with the children they got.
         """
         return (await self._add([flow_nodes(tree)]))[0]
 
     async def add_bulk(self, trees: Iterable[FlowJob | dict[str, Any]]) -> list[JobNode[AsyncJob]]:
-        """Add several flows in one transaction: all of them, or (on any error) none.
+        """Add several flows in one transaction: all of them, or (on any error) none. Flows
+        of more than ``FLOW_CHUNK_JOBS`` jobs in all are written in chunks, as by :meth:`add`.
 
         Raises:
             InvalidOptionError: naming the flow's index and the node's path; nothing was
                 written.
             ParentNotFoundError: a root names a ``parent`` that does not exist.
+            FlowAddError: as for :meth:`add`.
         """
         roots = []
         for index, tree in enumerate(trees):
@@ -128,36 +172,38 @@ class AsyncFlowProducer:
         return await self._add(roots, numbered=True)
 
     async def _add(self, roots: list[FlowNode], numbered: bool = False) -> list[JobNode[AsyncJob]]:
-        planned: list[tuple[FlowNode, AsyncQueue, list[Any]]] = []
+        planned: list[Planned] = []
         for index, root in enumerate(roots):
             try:
-                planned.extend(self._plan(root))
+                tree = self._plan(root)
             except InvalidOptionError as exc:
                 if numbered:
                     raise InvalidOptionError(f"flow {index}: {exc}") from None
                 raise
+            if numbered:
+                for node, _, _ in tree:
+                    node.path = f"flow {index}: {node.path}"
+            planned.extend(tree)
         if not planned:
             return []
-        prepared = [args for _, _, args in planned]
-        replies, missing = await run_atomically(
-            await self.client(),
-            _scripts.ADD_JOB,
-            [(queue._script_keys, args) for _, queue, args in planned],
-            must_exist=external_parents(prepared),
+        at = {id(node): i for i, (node, _, _) in enumerate(planned)}
+        parents = [-1 if node.parent is None else at[id(node.parent)] for node, _, _ in planned]
+        sizes = [len(args[3]) + len(args[4]) + 100 for _, _, args in planned]
+        # Read here, not bound at import: tests make them small to write small flows in chunks.
+        chunks = _flow_chunks.cut(
+            parents,
+            sizes,
+            max_jobs=_flow_chunks.FLOW_CHUNK_JOBS,
+            max_bytes=_flow_chunks.FLOW_CHUNK_BYTES,
         )
-        if missing is not None:
-            raise missing_parent(missing)
-        built: dict[int, JobNode[AsyncJob]] = {}
-        for (node, queue, args), reply in zip(planned, replies, strict=True):
-            if isinstance(reply, int):
-                raise missing_parent(args[9])
-            job = None if int(reply[1]) else await queue.get_job(_codec.text(reply[0]))
-            built[id(node)] = JobNode(job or queue._added(args, reply))
-            if node.parent is not None:
-                built[id(node.parent)].children.append(built[id(node)])
-        return [built[id(root)] for root in roots]
+        client = await self.client()
+        if len(chunks) == 1:
+            replies = await self._write_at_once(client, planned, chunks[0])
+        else:
+            replies = await self._write_in_chunks(client, planned, chunks)
+        return await self._built(roots, planned, replies)
 
-    def _plan(self, root: FlowNode) -> list[tuple[FlowNode, AsyncQueue, list[Any]]]:
+    def _plan(self, root: FlowNode) -> list[Planned]:
         """The add_job.lua ARGV of every node of a tree, parents first; raises before I/O."""
         ids: dict[int, tuple[str, str]] = {}  # node -> (job id, qualified queue name)
         planned = []
@@ -183,9 +229,195 @@ class AsyncFlowProducer:
                 raise InvalidOptionError(
                     f"flow node {flow_node.path} ({node.name!r}): {exc}"
                 ) from None
-            ids[id(flow_node)] = (job_id, queue.keys.base)
+            ids[id(flow_node)] = (args[1], queue.keys.base)
             planned.append((flow_node, queue, args))
+        check_ids([(node, _job_key(args), args[9]) for node, _, args in planned])
         return planned
+
+    async def _write_at_once(
+        self, client: Redis, planned: list[Planned], chunk: Chunk
+    ) -> list[Any]:
+        """One transaction: every add, then the release of parents left with nothing to wait
+        for. Not resent: the adds carry no numbers (as before flows had chunks)."""
+        calls: list[Call] = [(_scripts.ADD_JOB, q._script_keys, args) for _, q, args in planned]
+        calls.append(self._release_call(planned, "", "", chunk))
+        replies, missing = await run_atomically(
+            client, calls, must_exist=external_parents(args for _, _, args in planned)
+        )
+        if missing is not None:
+            raise missing_parent(missing)
+        return replies[:-1]
+
+    async def _write_in_chunks(
+        self, client: Redis, planned: list[Planned], chunks: list[Chunk]
+    ) -> list[Any]:
+        flow_id = uuid.uuid4().hex
+        outside = set(external_parents(args for _, _, args in planned))
+        started = now_ms()
+        root_key = _job_key(planned[0][2])
+        trees = sum(1 for node, _, _ in planned if node.parent is None)
+        replies: list[Any] = []
+        for k, chunk in enumerate(chunks):
+            record = _flow_chunks.record(root_key, trees, len(planned), chunk.start, started)
+            # The first chunk checks every parent named from outside the flow (nothing is
+            # written when one is missing); a later one checks those its own nodes name.
+            nodes = planned[chunk.start : chunk.end]
+            must_exist = (
+                sorted(outside) if k == 0 else [a[9] for _, _, a in nodes if a[9] in outside]
+            )
+            try:
+                replies += await self._send_chunk(
+                    client, planned, chunk, flow_id, record, must_exist
+                )
+            except Exception as exc:
+                if k == 0 and isinstance(exc, ParentNotFoundError):
+                    raise  # nothing was written
+                released = await self._release_after_failure(planned[0][1], flow_id)
+                paths = [node.path for node, _, _ in planned]
+                raise flow_add_error(flow_id, paths, replies, chunk, released, exc) from exc
+        return replies
+
+    async def _send_chunk(
+        self,
+        client: Redis,
+        planned: list[Planned],
+        chunk: Chunk,
+        flow_id: str,
+        record: str,
+        must_exist: Sequence[str],
+    ) -> list[Any]:
+        """Write one chunk in one transaction, resending it after a transient error: every
+        add is numbered (include/resend.lua), so a resend answers with the jobs the first send
+        created instead of adding them twice, and the release step is harmless to repeat."""
+        nodes = planned[chunk.start : chunk.end]
+        numbers: list[int | str] = [
+            q._adds.number() if q._adds.producer else "" for _, q, _ in nodes
+        ]
+        release = self._release_call(planned, flow_id, record, chunk)
+        retries = 0
+        while True:
+            forget = [q._adds.to_forget() for _, q, _ in nodes]
+            calls: list[Call] = [
+                (_scripts.ADD_JOB, q._script_keys, [*args, q._adds.producer, number, *done])
+                for (_, q, args), number, done in zip(nodes, numbers, forget, strict=True)
+            ]
+            calls.append(release)
+            try:
+                replies, missing = await run_atomically(client, calls, must_exist=must_exist)
+            except Exception as exc:
+                for (_, q, _), done in zip(nodes, forget, strict=True):
+                    q._adds.not_forgotten(done)
+                resendable = all(number != "" for number in numbers)
+                if not resendable or retries >= self.add_retries:
+                    raise
+                if server_error_kind(exc) != "transient":
+                    raise
+                retries += 1
+                self._outage.failed("flow chunk", exc)
+                await sleep(add_retry_delay(retries))
+                continue
+            if retries:
+                self._outage.succeeded()
+            if missing is not None:
+                for (_, q, _), done in zip(nodes, forget, strict=True):
+                    q._adds.not_forgotten(done)
+                raise missing_parent(missing)
+            replies = replies[:-1]
+            for (_, q, _), number, done, reply in zip(nodes, numbers, forget, replies, strict=True):
+                if isinstance(reply, int):  # refused (-7): it wrote and forgot nothing
+                    q._adds.not_forgotten(done)
+                elif int(reply[1]) == 1 and isinstance(number, int):
+                    q._adds.heard(number, resent=retries > 0)
+            return replies
+
+    def _release_call(
+        self, planned: list[Planned], flow_id: str, record: str, chunk: Chunk
+    ) -> Call:
+        mark = [_job_key(planned[i][2]) for i in chunk.mark]
+        done = [_job_key(planned[i][2]) for i in chunk.done]
+        return release_parents(planned[0][1], flow_id, record, mark, done)
+
+    async def _release_after_failure(self, queue: AsyncQueue, flow_id: str) -> bool:
+        try:
+            await self._release_flow(queue, flow_id)
+        except Exception as exc:  # the server is away: the record tells an operator
+            logger.warning("flow %s: its parents could not be released: %s", flow_id, exc)
+            return False
+        return True
+
+    async def _release_flow(self, queue: AsyncQueue, flow_id: str) -> int:
+        client = await self.client()
+        marked = queue.keys.key(f"x-flow:{flow_id}")
+        released = 0
+        while True:
+            # A batch per call, so that a flow of many parents does not hold the server.
+            batch: list[str] = await client.srandmember(marked, _flow_chunks.FLOW_CHUNK_JOBS)  # type: ignore[assignment]
+            script, keys, args = release_parents(queue, flow_id, "", [], list(batch))
+            await run_script(client, script, keys, args)
+            if not batch:  # the call above dropped the record
+                return released
+            released += len(batch)
+
+    async def _built(
+        self, roots: list[FlowNode], planned: list[Planned], replies: list[Any]
+    ) -> list[JobNode[AsyncJob]]:
+        """The tree of jobs the adds answered with. A node that was not created is the job
+        that made it a no-op; the nodes below a node whose job does not exist (deduplicated or
+        an idempotency key's hit) were not written (their parent was missing) and are left out.
+        """
+        built: dict[int, JobNode[AsyncJob]] = {}
+        for (node, queue, args), reply in zip(planned, replies, strict=True):
+            if isinstance(reply, int):
+                if node.parent is None:
+                    raise missing_parent(args[9])
+                continue
+            if int(reply[1]) == 1:
+                job = queue._added(args, reply)
+            else:
+                job = await queue._result(args, reply)
+            built[id(node)] = JobNode(job)
+            above = None if node.parent is None else built.get(id(node.parent))
+            if above is not None:  # (a node below a skipped one joined an existing job)
+                above.children.append(built[id(node)])
+        return [built[id(root)] for root in roots]
+
+    # -- flows whose producer stopped part-way -------------------------------------------------
+
+    async def get_unfinished_flows(self, queue_name: str) -> list[UnfinishedFlow]:
+        """The flows of ``queue_name`` (the queue of their root) being written in chunks, or
+        whose producer stopped part-way, oldest first.
+
+        A flow is listed while some of its parents are marked (waiting for chunks still to
+        come). One whose ``updated_ms`` is minutes old has lost its producer: release its
+        parents with :meth:`release_unfinished_flow`, or remove its root job to drop what
+        was written of it.
+        """
+        client = await self.client()
+        queue = self._queue(queue_name)
+        raw: dict[str, str] = await client.hgetall(queue.keys.key("x-flow:adding"))  # type: ignore[assignment]
+        flows = []
+        for flow_id, text in raw.items():
+            marked = int(await client.scard(queue.keys.key(f"x-flow:{flow_id}")))
+            flows.append(_flow_chunks.unfinished(flow_id, text, marked))
+        return sorted(flows, key=lambda flow: (flow.started_ms, flow.flow_id))
+
+    async def release_unfinished_flow(self, queue_name: str, flow_id: str) -> int:
+        """Let the parents of an unfinished flow run with the children they got.
+
+        Their marks go, and each parent with no pending child is queued at once (as after its
+        last child's completion); the flow leaves :meth:`get_unfinished_flows`. Only for a
+        flow whose producer is gone: one still writing would add children to parents that no
+        longer wait for them.
+
+        Args:
+            queue_name: the queue of the flow's root.
+            flow_id: as listed by :meth:`get_unfinished_flows` (or ``FlowAddError.flow_id``).
+
+        Returns:
+            How many parents were still marked.
+        """
+        options.check_name("flow_id", flow_id, colon=False)
+        return await self._release_flow(self._queue(queue_name), flow_id)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -231,6 +463,8 @@ class AsyncFlowProducer:
             *deps["failed"][:max_children],
         ]
         for key in dict.fromkeys(keys):
+            if key.endswith(":"):  # a chunked flow's mark (release_parents.lua), not a job
+                continue
             prefix, name, child_id = split_job_key(key)
             child = await self._queue(name, prefix).get_job(child_id)
             if child is not None:
@@ -252,3 +486,16 @@ class AsyncFlowProducer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _job_key(args: list[Any]) -> str:
+    """The full key of the job an add_job.lua ARGV adds (a flow's ids are always given)."""
+    return f"{args[0]}{args[1]}"
+
+
+def release_parents(
+    queue: AsyncQueue, flow_id: str, record: str, mark: list[str], done: list[str]
+) -> Call:
+    """A call of release_parents.lua for a flow whose (first) root is in ``queue``."""
+    keys = [queue.keys.key("x-flow:adding"), queue.keys.key(f"x-flow:{flow_id}")]
+    return (_scripts.RELEASE_PARENTS, keys, [now_ms(), flow_id, record, len(mark), *mark, *done])

@@ -90,7 +90,9 @@ class AsyncJobFlowMixin:
             processed, unprocessed, failed, ignored = await pipe.execute()
         return Dependencies(
             processed={k: _codec.loads(v) for k, v in processed.items()},
-            unprocessed=sorted(unprocessed),
+            # A flow written in chunks marks a parent with a member that is no job (its key
+            # ends with ':'; release_parents.lua) until its last child is written.
+            unprocessed=sorted(key for key in unprocessed if not key.endswith(":")),
             failed=list(failed),
             ignored=dict(ignored),
         )
