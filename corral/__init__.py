@@ -18,9 +18,11 @@ from corral._sync.queue import Queue
 from corral._sync.queue_events import QueueEvents
 from corral._version import __version__
 from corral.errors import (
+    BulkAddError,
     ConfigurationError,
     CorralError,
     DelayedError,
+    FlowAddError,
     InvalidOptionError,
     JobError,
     JobFailedError,
@@ -39,7 +41,7 @@ from corral.errors import (
     WaitingChildrenError,
     WaitingError,
 )
-from corral.flow_job import FlowJob, JobNode
+from corral.flow_job import FlowJob, JobNode, UnfinishedFlow
 from corral.job import JobRecord, JobState
 from corral.schedule import JobScheduler, JobTemplate
 from corral.worker import Worker
@@ -49,9 +51,11 @@ __all__ = [
     "AsyncJob",
     "AsyncQueue",
     "AsyncQueueEvents",
+    "BulkAddError",
     "ConfigurationError",
     "CorralError",
     "DelayedError",
+    "FlowAddError",
     "FlowJob",
     "FlowProducer",
     "InvalidOptionError",
@@ -76,6 +80,7 @@ __all__ = [
     "RateLimitError",
     "ServerNotAvailable",
     "ServerReplyError",
+    "UnfinishedFlow",
     "UnrecoverableError",
     "WaitingChildrenError",
     "WaitingError",

@@ -36,7 +36,7 @@ MAX_NAME_LENGTH = 1024
 #: Names of a queue's own keys (``<prefix>:<queue>:<name>``) and of its key namespaces
 #: (``de:<id>``, ``repeat:<id>``...). A job whose id is one of them would have its hash (or its
 #: ``:lock``, ``:logs``... keys) where the queue keeps its own data, so they are refused as job
-#: ids. BullMQ's keys first, then corral's (``dn``, ``x-add``, ``x-idem``).
+#: ids. BullMQ's keys first, then corral's (``dn``, ``x-add``, ``x-flow``, ``x-idem``).
 RESERVED_JOB_IDS = frozenset(
     {
         "wait",
@@ -60,6 +60,7 @@ RESERVED_JOB_IDS = frozenset(
         "de",
         "dn",
         "x-add",
+        "x-flow",
         "x-idem",
     }
 )
