@@ -141,3 +141,18 @@ def names_a_job(value: Any, kind: str = "job_id") -> bool:
         return job_id not in RESERVED_JOB_IDS
     head, _, run_ms = job_id.rpartition(":")
     return head.startswith("repeat:") and len(head) > len("repeat:") and run_ms.isdigit()
+
+
+def check_timeout(value: Any, name: str = "timeout") -> float | None:
+    """A wait in seconds: ``None`` (no limit), or a finite number from 0 to ten years."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 <= value <= MAX_DURATION_MS / 1000  # also refuses NaN
+    ):
+        raise InvalidOptionError(
+            f"{name} must be None or seconds from 0 to {MAX_DURATION_MS // 1000}, got {value!r}"
+        )
+    return float(value)

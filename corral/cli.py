@@ -209,7 +209,7 @@ def enqueue_command(
 
     try:
         payload = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
         raise click.ClickException(f"--data is not valid JSON: {exc}") from None
     options: dict[str, Any] = {
         key: value

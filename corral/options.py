@@ -417,7 +417,14 @@ def _bool_option(option: str, value: Any) -> bool:
 
 def exception_types(option: str, value: Any) -> tuple[type[BaseException], ...]:
     """One exception type or several, as a tuple for ``isinstance``."""
-    types = (value,) if isinstance(value, type) else tuple(value)
+    if isinstance(value, type):
+        types: tuple[Any, ...] = (value,)
+    elif isinstance(value, Collection) and not isinstance(value, (str, bytes, Mapping)):
+        types = tuple(value)
+    else:
+        raise InvalidOptionError(
+            f"{option} must be an exception type or several, got {type(value).__name__}"
+        )
     for t in types:
         if not (isinstance(t, type) and issubclass(t, BaseException)):
             raise InvalidOptionError(f"{option} must hold exception types, got {t!r}")

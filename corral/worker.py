@@ -28,7 +28,7 @@ import redis
 from redis.asyncio import Redis
 
 from corral import _scripts, _twins, _upkeep, options
-from corral._async._redis import check_server, open_client_off_loop
+from corral._async._redis import check_connection, check_server, open_client_off_loop
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
 from corral._async.queue_schedulers import schedule_next_iteration
@@ -159,6 +159,15 @@ class Worker:
         self._max_stalled = options.int_option("max_stalled_count", max_stalled_count, 0)
         self._drain_delay = _positive_ms("drain_delay", drain_delay) / 1000
         self._limit_max, self._limit_ms = options.limiter(limiter)
+        if backoff_strategies is not None and not isinstance(backoff_strategies, Mapping):
+            raise InvalidOptionError(
+                "backoff_strategies must be a dict of name -> function, "
+                f"got {type(backoff_strategies).__name__}"
+            )
+        for strategy, function in (backoff_strategies or {}).items():
+            check_text("backoff_strategies key", strategy)
+            if not callable(function):
+                raise InvalidOptionError(f"backoff_strategies[{strategy!r}] must be callable")
         self._policy = RetryPolicy(
             strategies=dict(backoff_strategies or {}),
             retry_on=None if retry_on is None else options.exception_types("retry_on", retry_on),
@@ -168,7 +177,7 @@ class Worker:
         self._metrics_points = options.int_option(
             "metrics_max_data_points", metrics_max_data_points, 0
         )
-        self._connection = connection
+        self._connection = check_connection(connection)
         self._strict = strict
         self._is_async = processor is not None and inspect.iscoroutinefunction(processor)
         self._token_base = str(uuid.uuid4())

@@ -46,13 +46,19 @@ def test_enqueue_delay(redis_url: str, r: redis.Redis) -> None:
         (["--priority", "-3"], "Error: priority must be an integer from 0 to 2097151, got -3"),
         (["--job-id", "12"], "Error: job_id must not be all digits, got '12'"),
         (["--delay", "nan"], "Error: delay must be a finite number >= 0, got nan"),
+        (["--data", "[" * 100_000], "Error: --data is not valid JSON"),
+        (["--job-id", "meta"], "Error: job_id 'meta' is the name of one of the queue's own"),
+        (["--delay", "1e17"], "Error: delay must be at most 315,532,800 s"),
+        (["--url", "notaurl"], "Error: connection is not a usable Redis URL"),
+        (["--prefix", "my app"], "Error: prefix must be printable ASCII without spaces"),
     ],
 )
 def test_enqueue_refuses_bad_input(
     redis_url: str, r: redis.Redis, args: list[str], message: str
 ) -> None:
     before = r.dbsize()
-    proc = run_corral("enqueue", "reports", "x", *args, "--url", redis_url)
+    url = [] if "--url" in args else ["--url", redis_url]
+    proc = run_corral("enqueue", "reports", "x", *args, *url)
     assert proc.returncode == 1
     assert proc.stderr.startswith(message)
     assert len(proc.stderr.strip().splitlines()) == 1  # one line, no traceback

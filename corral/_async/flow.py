@@ -113,6 +113,7 @@ class AsyncFlowProducer:
 
     def _queue(self, name: str, prefix: str | None = None) -> AsyncQueue:
         """The queue ``name`` (no I/O: nodes are prepared before the client is opened)."""
+        options.check_name("queue name", name, colon=False)
         key = (prefix or self.prefix, name)
         queue = self._queues.get(key)
         if queue is None:

@@ -24,6 +24,7 @@ from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._listeners import Callback, Listeners
 from corral._supervisor import Outage
 from corral.backoff import reconnect_delay
+from corral.bounds import check_timeout
 from corral.clock import monotonic
 from corral.errors import InvalidOptionError, JobFailedError, JobNotFoundError, server_error_kind
 from corral.events import EVENT_TYPES, Completed, Failed, QueueEvent, parse_event
@@ -92,6 +93,7 @@ class AsyncQueueEvents:
         goes on from the last id seen. Other errors (a wrong password, a missing permission)
         are raised.
         """
+        timeout = check_timeout(timeout)
         deadline = None if timeout is None else monotonic() + timeout
         while not self._buffer:
             if self._closed:
@@ -181,7 +183,9 @@ async def wait_until_finished(queue: AsyncQueueBase, job_id: str, timeout: float
         JobFailedError: the job failed (for good); ``failed_reason`` says why.
         JobNotFoundError: no such job (it may have been removed after it finished).
         TimeoutError: ``timeout`` seconds passed first.
+        InvalidOptionError: ``timeout`` is not ``None`` or seconds.
     """
+    timeout = check_timeout(timeout)
     client = await queue.client()
     newest: list[tuple[str, Any]] = await client.xrevrange(queue.keys.events, count=1)  # type: ignore[assignment]
     start = newest[0][0] if newest else "0-0"

@@ -1,4 +1,5 @@
--- add_jobs: add many jobs in one call, all or nothing (Queue.add_bulk).
+-- add_jobs: add many jobs in one call (Queue.add_bulk sends a bulk as several such calls,
+-- each bounded in jobs and bytes).
 --
 -- Each job is added exactly as add_job.lua adds one (include/add.lua). The parents named by
 -- the jobs are checked first: when one is missing, and no job earlier in the call creates it,
@@ -15,8 +16,14 @@
 --          4, then custom id, name, data, timestamp (add_job's ARGV[2], [3], [4], [6]): a job
 --          whose other values are the shared group's. Most bulk adds give no options: four
 --          values a job instead of eighteen make the call about a third cheaper.
--- Returns {reply1, ..., replyN}, each as add_job.lua returns it, or {-7, parent key} when a
--- parent is missing (nothing was written). A call sent again after it created jobs gets the
+-- Returns {reply1, ..., replyN}, each as add_job.lua returns it, except that a job whose add
+-- deleted the delayed job holding its deduplication id (debounce) gets {job id, 1, id of the
+-- deleted job}: that job may be one an earlier reply of the call (or an earlier call) names.
+-- Returns {-7, parent key} when a parent is missing (nothing was written). A parent that an
+-- earlier job of the call was to create, but did not (it was deduplicated, or its
+-- idempotency key was used), is found missing only when its child's turn comes: the call
+-- stops there, after the jobs before it were added, and returns their replies followed by
+-- {parent key, -7} (fewer than n replies). A call sent again after it created jobs gets the
 -- same replies again and writes nothing.
 -- Error codes: -7 (see above).
 -- @include keys
@@ -81,8 +88,19 @@ local replies = {}
 local created_any = false
 begin_batch()
 for i = 1, n do
-  replies[i] = add_one(prefix, readers[i], max_len)
-  created_any = created_any or replies[i][2] == 1
+  local reply = add_one(prefix, readers[i], max_len)
+  if type(reply) ~= "table" then
+    -- The check above took an earlier job of the call to create this parent, and it did
+    -- not; the jobs before were written (no rollback in a script): say where it stopped.
+    replies[i] = {readers[i](10), -7}
+    break
+  end
+  if batch.replaced then
+    reply[3] = batch.replaced
+    batch.replaced = nil
+  end
+  replies[i] = reply
+  created_any = created_any or reply[2] == 1
 end
 end_batch()
 if created_any then

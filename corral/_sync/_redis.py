@@ -8,12 +8,18 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from redis import BlockingConnectionPool, Redis
+from redis.connection import parse_url
 from redis.exceptions import NoScriptError, ResponseError
 
 from corral import _wire, connection
 from corral._scripts import Script
 from corral._wire import Wire
-from corral.errors import ConfigurationError, ServerReplyError, server_error_kind
+from corral.errors import (
+    ConfigurationError,
+    InvalidOptionError,
+    ServerReplyError,
+    server_error_kind,
+)
 
 #: Connections a client opened from a URL keeps at most; callers that wait for more (many
 #: concurrent adds, a worker's slots) queue for a free one instead of failing.
@@ -72,6 +78,22 @@ def running_loop() -> object:
     return None
 
 
+def check_connection(connection: Any) -> str | Redis | None:
+    """A ``connection`` argument: ``None``, a client, or a URL redis-py can parse (checked
+    now: a bad one would fail at the first call, far from where it was given)."""
+    if connection is None or isinstance(connection, Redis):
+        return connection
+    if not isinstance(connection, str):
+        raise InvalidOptionError(
+            f"connection must be a redis:// URL or a client, got {type(connection).__name__}"
+        )
+    try:
+        parse_url(connection)  # type: ignore[no-untyped-call, unused-ignore]
+    except ValueError as exc:  # also a bad port, host or an unknown scheme
+        raise InvalidOptionError(f"connection is not a usable Redis URL: {exc}") from None
+    return connection
+
+
 class LazyClient:
     """The client of one queue-facing object (a queue, a flow producer, an events reader).
 
@@ -83,7 +105,7 @@ class LazyClient:
     """
 
     def __init__(self, connection: str | Redis | None, *, strict: bool = False) -> None:
-        self.connection = connection
+        self.connection = check_connection(connection)
         self.strict = strict
         #: The client once opened (``None`` before, and after :meth:`close`).
         self.current: Redis | None = None

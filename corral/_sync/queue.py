@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 from time import sleep
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from redis import Redis
 from typing_extensions import Unpack
 
-from corral import _codec, _scripts, options
+from corral import _bulk, _codec, _scripts, options
 from corral._adds import MAX_ADD_RETRIES, AddCalls, add_retry_delay
 from corral._sync.job import Job
 from corral._sync.queue_schedulers import QueueSchedulers
@@ -94,7 +94,13 @@ class Queue(QueueSchedulers):
         self.add_retries = options.int_option("add_retries", add_retries, 0, MAX_ADD_RETRIES)
         self._adds = AddCalls(enabled=self.add_retries > 0)
         self._add_outage = Outage(f"queue {name}", logger)
-        self.backoff_types = frozenset(backoff_types)
+        if isinstance(backoff_types, (str, bytes)) or not isinstance(backoff_types, Collection):
+            raise InvalidOptionError(
+                f"backoff_types must be names of strategies, got {type(backoff_types).__name__}"
+            )
+        self.backoff_types = frozenset(
+            check_text("backoff_types item", name) for name in backoff_types
+        )
         self.default_job_options: JobOptionsDict = dict(default_job_options or {})  # type: ignore[assignment]
         # Checked now, so a bad default fails at construction rather than at the first add;
         # kept, with its opts JSON, for the common add that gives no options of its own.
@@ -126,6 +132,10 @@ class Queue(QueueSchedulers):
             opts = self._plain
         if opts.parent is not None:
             options.check_parent(opts.parent, self.prefix)
+            if opts.job_id == opts.parent["id"] and opts.parent["queue"] == self.keys.base:
+                raise InvalidOptionError(
+                    f"job id {opts.job_id!r} is the id of its parent; a job cannot be its own child"
+                )
         encoded = _codec.encode_data(data)
         opts.check_size(encoded)
         ts = opts.timestamp if opts.timestamp is not None else now_ms()
@@ -258,45 +268,131 @@ class Queue(QueueSchedulers):
         return self._added(args, reply)
 
     def add_bulk(self, jobs: Iterable[BulkItem]) -> list[Job]:
-        """Add many jobs atomically: every one is validated first, then all are added in one
-        script call, so either all are written or none is (resent like :meth:`add`).
+        """Add many jobs, in order. Every item is validated first; then they are written in
+        script calls of at most 300 jobs and 1 MiB of values (a bigger job goes alone), so
+        that no call holds the server for long (3 to 20 ms each; a worker, or any client, is
+        served between two calls).
+
+        What stays atomic: each call, which is all or nothing and resent like :meth:`add`
+        (a resend never writes a call twice), so a bulk that fits in one call is all or
+        nothing. A bigger one is not: other clients see its first jobs (a worker may run
+        them) before the last are added, and a call that fails for good after earlier ones
+        were written raises :class:`~corral.errors.BulkAddError`, which says how far it got
+        (a bulk cancelled part-way, as its task can be, leaves its earlier calls written
+        too). The refusals below are found before anything is written.
+
+        An item may name as ``parent`` a job added by an earlier item (in the same call or an
+        earlier one). Parents that no item adds are checked before the first call; one
+        removed after that check, before its child's call runs, stops the bulk there (that
+        call writes nothing): ``BulkAddError`` with a ``ParentNotFoundError`` as cause, or
+        the plain ``ParentNotFoundError`` when it was the first call.
 
         Args:
             jobs: ``(name, data)`` pairs or ``(name, data, options)`` triples, where options is a
                 dict of :meth:`add`'s keyword options.
 
+        Returns:
+            One job per item, in order. As with :meth:`add`, a duplicate ``job_id`` or a
+            deduplicated add gives the existing job. An item whose job a later item of the
+            bulk replaced (debounce: ``deduplication`` with ``replace=True`` and a ``delay``)
+            gives the job that replaced it, which holds the deduplication id in the end: no
+            job in the list was deleted by the bulk itself.
+
         Raises:
             InvalidOptionError: naming the index of the first bad item; nothing was written.
             ParentNotFoundError: an item's parent does not exist (and is not added by an
                 earlier item); nothing was written.
+            BulkAddError: a call failed for good (a non-transient error, or ``add_retries``
+                resends that failed) after earlier ones were written: ``.jobs`` are the jobs
+                of the items before ``.index``, and ``add_bulk(items[exc.index:])`` adds the
+                rest (when the cause is a lost connection, the call at ``.index`` may have
+                been written: see :class:`~corral.errors.BulkAddError`).
+            redis.exceptions.ConnectionError, OutOfMemoryError, ...: the first call failed for
+                good, as for :meth:`add`: nothing was written, unless the connection was lost.
         """
+        chunker = _bulk.Chunker()
         prepared: list[list[Any]] = []
-        records: list[Any] = []
         for index, item in enumerate(jobs):
             try:
-                name, data, given = _unpack_bulk_item(item)
+                name, data, given = _bulk.unpack_item(item)
                 args = self._prepare(name, data, given)
             except InvalidOptionError as exc:
                 raise InvalidOptionError(f"add_bulk item {index}: {exc}") from None
             prepared.append(args)
-            if given:
-                records += (18, *args[1:])  # add_job's ARGV[2..19]
-            else:  # the queue's defaults: only what differs from the shared group
-                records += (4, args[1], args[2], args[3], args[5])
+            # An item without options takes the queue's defaults: only what differs from the
+            # call's shared group is sent.
+            chunker.add(args, short=not given)
         if not prepared:
             return []
+        if len(chunker.chunks) > 1:  # a single call checks its parents itself, atomically
+            self._check_parents(prepared)
         shared = self._prepare("shared", None, {})[1:]
-        head = [self._job_prefix, len(prepared)]
-        replies = self._send_add(
-            _scripts.ADD_JOBS, lambda call: [*head, *call, *shared, *records]
+        added: list[Job] = []  # the items' jobs, as each call answers
+        replaced = _bulk.Replacements(enabled=chunker.replaces)
+        for chunk in chunker.chunks:
+            try:
+                replies = self._send_chunk(chunk, shared)
+                if replies and replies[0] == -7:  # the call was refused: it wrote nothing
+                    raise missing_parent(_codec.text(replies[1]))
+            except Exception as exc:
+                if not added:
+                    raise
+                raise _bulk.stopped(added, replaced, len(prepared), exc) from exc
+            read_error: Exception | None = None
+            for args, reply in zip(prepared[chunk.start : chunk.end], replies, strict=False):
+                if reply[1] == -7:  # a parent to be added by an item before was not
+                    error = missing_parent(_codec.text(reply[0]))
+                    if not added:
+                        raise error
+                    raise _bulk.stopped(added, replaced, len(prepared), error) from error
+                replaced.note(reply)
+                if reply[1] == 1 or read_error is not None:
+                    # A created job needs no read (nor does any once the server is away).
+                    added.append(self._added(args, reply))
+                    continue
+                try:
+                    added.append(self._result(args, reply))
+                except Exception as exc:
+                    # The call was written: the rest of it still goes into .jobs below.
+                    read_error = exc
+                    added.append(self._added(args, reply))
+            if read_error is not None:
+                if chunk.end == len(prepared):
+                    raise read_error  # all was written: as for a single call
+                raise _bulk.stopped(added, replaced, len(prepared), read_error) from read_error
+        return [added[replaced.final(i)] for i in range(len(added))] if replaced.enabled else added
+
+    def _send_chunk(self, chunk: _bulk.Chunk, shared: list[Any]) -> Any:
+        """One call of add_jobs.lua for the items of ``chunk``, numbered and resent as an add."""
+        head = [self._job_prefix, chunk.count]
+        return self._send_add(
+            _scripts.ADD_JOBS, lambda call: [*head, *call, *shared, *chunk.records]
         )
-        if replies and replies[0] == -7:
-            raise missing_parent(_codec.text(replies[1]))
-        return [
-            # A created job (code 1) needs no read: built here, not through _result's await.
-            self._added(args, reply) if reply[1] == 1 else self._result(args, reply)
-            for args, reply in zip(prepared, replies, strict=True)
-        ]
+
+    def _check_parents(self, prepared: list[list[Any]]) -> None:
+        """Raise ``ParentNotFoundError`` for a parent that exists neither now nor as an earlier
+        item of the bulk: before a bulk's first call, since a later call finds it too late
+        to write nothing. Read again after a transient error, as an add is sent again."""
+        parents = list(dict.fromkeys(external_parents(prepared)))
+        retries = 0
+        while parents:
+            batch = parents[:1000]  # a pipeline of bounded size, however many parents
+            try:
+                client = self.client()
+                with client.pipeline(transaction=False) as pipe:
+                    for key in batch:
+                        pipe.exists(key)
+                    found = pipe.execute()
+            except Exception as exc:
+                if retries >= self.add_retries or server_error_kind(exc) != "transient":
+                    raise
+                retries += 1
+                sleep(add_retry_delay(retries))
+                continue
+            for key, exists in zip(batch, found, strict=True):
+                if not exists:
+                    raise missing_parent(key)
+            parents = parents[1000:]
 
     def get_deduplication_job_id(self, deduplication_id: str) -> str | None:
         """The id of the job that holds a deduplication id, or ``None`` when it is free."""
@@ -314,8 +410,11 @@ class Queue(QueueSchedulers):
     def remove(self, job_id: str, *, remove_children: bool = True) -> bool:
         """Remove a job (and, by default, its children); ``False`` when there is no such job.
 
+        A big tree goes in chunks of bounded server time (see :meth:`Job.remove`).
+
         Raises:
-            JobLockedError: the job (or one of its children) is active; nothing was removed.
+            JobLockedError: the job (or one of its children) is active; nothing was removed
+                (unless a job became active while a big tree was removed: the message says).
         """
         job = self.get_job(job_id)
         if job is None:
@@ -345,7 +444,7 @@ class Queue(QueueSchedulers):
         """
         wanted = list(states) or list(COUNTED_STATES)
         for state in wanted:
-            if state not in COUNTABLE:
+            if not isinstance(state, str) or state not in COUNTABLE:
                 raise InvalidOptionError(
                     f"unknown job state {state!r}; known: {', '.join(sorted(COUNTABLE))}"
                 )
@@ -412,12 +511,3 @@ def missing_parent(parent_key: str) -> ParentNotFoundError:
         queue=queue_key.rpartition(":")[2],
         job_id=parent_id,
     )
-
-
-def _unpack_bulk_item(item: Any) -> tuple[str, Any, Mapping[str, Any]]:
-    if isinstance(item, Sequence) and not isinstance(item, str) and len(item) in (2, 3):
-        opts = item[2] if len(item) == 3 else {}
-        if not isinstance(opts, Mapping):
-            raise InvalidOptionError(f"options must be a dict, got {opts!r}")
-        return item[0], item[1], opts
-    raise InvalidOptionError(f"expected (name, data) or (name, data, options), got {item!r}")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from corral import AsyncQueue, AsyncQueueEvents, Worker
+from corral import AsyncFlowProducer, AsyncQueue, AsyncQueueEvents, Worker
 from corral.bounds import MAX_TIMESTAMP_MS, RESERVED_JOB_IDS
 from corral.errors import InvalidOptionError, ServerReplyError
 from corral.job import JobState
@@ -63,6 +63,10 @@ BIG = sys.maxsize  # 2**63 - 1
         ),
         (lambda q: q.add("a", parent={"id": "meta", "queue": "bull:pq"}), "parent id 'meta'"),
         (lambda q: q.add("a", parent={"id": "p:lock", "queue": "bull:pq"}), "parent id must not"),
+        (
+            lambda q: q.add("a", job_id="p", parent={"id": "p", "queue": "bull:q"}),
+            "job id 'p' is the id of its parent",
+        ),
         (lambda q: q.get_jobs(5), "states must be a state name or several, got int 5"),
         (lambda q: q.get_jobs("waiting", 0, 2**63), "end must be an integer from"),
         (lambda q: q.get_jobs("waiting", -(2**64)), "start must be an integer from"),
@@ -247,3 +251,55 @@ async def test_removing_a_scheduler_id_with_a_colon_spares_another_schedulers_it
     assert await queue.remove_job_scheduler(alias) is False
     assert r.exists(f"bull:q:{job.id}")
     assert await queue.get_job(job.id) is not None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"backoff_types": None}, "backoff_types must be names of strategies"),
+        ({"backoff_types": "fib"}, "backoff_types must be names of strategies"),
+        ({"backoff_types": [1]}, "backoff_types item must be a non-empty string"),
+        ({"connection": "notaurl"}, "connection is not a usable Redis URL"),
+        ({"connection": "redis://[::1"}, "connection is not a usable Redis URL"),
+        ({"connection": "redis://h:99999"}, "connection is not a usable Redis URL"),
+        ({"connection": b"redis://h"}, "connection must be a redis:// URL or a client"),
+    ],
+)
+def test_queue_refuses_at_construction(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidOptionError, match=message):
+        AsyncQueue("q", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"no_retry_on": 0}, "no_retry_on must be an exception type or several, got int"),
+        ({"retry_on": "ValueError"}, "retry_on must be an exception type or several"),
+        ({"backoff_strategies": 1}, "backoff_strategies must be a dict"),
+        ({"backoff_strategies": {"x": 1}}, r"backoff_strategies\['x'\] must be callable"),
+        ({"connection": "notaurl"}, "connection is not a usable Redis URL"),
+    ],
+)
+def test_worker_refuses_bad_settings(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidOptionError, match=message):
+        Worker("q", None, **kwargs)
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1, float("inf"), "1", True])
+async def test_waits_refuse_a_timeout_that_is_not_seconds(
+    queue: AsyncQueue, redis_url: str, timeout: Any
+) -> None:
+    job = await queue.add("a")
+    with pytest.raises(InvalidOptionError, match="timeout must be None or seconds"):
+        await job.wait_until_finished(timeout=timeout)
+    events = AsyncQueueEvents("q", connection=redis_url)
+    try:
+        with pytest.raises(InvalidOptionError, match="timeout must be None or seconds"):
+            await events.next_event(timeout=timeout)
+    finally:
+        await events.close()
+
+
+async def test_get_flow_refuses_a_queue_name_that_is_not_one(flows: AsyncFlowProducer) -> None:
+    with pytest.raises(InvalidOptionError, match="queue name must be a non-empty string"):
+        await flows.get_flow("x", {"a": 1})  # type: ignore[arg-type]

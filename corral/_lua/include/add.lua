@@ -3,7 +3,8 @@
 
 -- Adds one job: arg(i) gives what add_job.lua calls ARGV[i] (add_job passes ARGV itself,
 -- add_jobs a reader of each job's record). Returns add_job.lua's answer (a table, or -7 when
--- the parent is missing).
+-- the parent is missing). In a batch (add_jobs), a debounced add that deleted the delayed
+-- job holding its deduplication id leaves that job's id in batch.replaced.
 local function add_one(prefix, arg, max_len)
   local parent_key = arg(10) or ""
   if parent_key ~= "" and rcall("EXISTS", parent_key) == 0 then
@@ -54,6 +55,9 @@ local function add_one(prefix, arg, max_len)
         -- Debounce: the job still waiting for its delay gives way to this one.
         rcall("ZREM", K_DELAYED, holder)
         delete_job(prefix .. holder)
+        if batch then -- add_jobs tells which job went: it may be an earlier one of the call
+          batch.replaced = holder
+        end
         emit(max_len, "removed", "jobId", holder, "prev", "delayed")
         emit(max_len, "deduplicated", "jobId", job_id, "deduplicationId", dedup_id,
           "deduplicatedJobId", holder)
