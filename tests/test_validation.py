@@ -28,8 +28,20 @@ ADD_CASES: list[tuple[str, str, Any, dict[str, Any], str]] = [
     ("priority negative", "a", {}, {"priority": -1}, "priority must be an integer from 0"),
     ("priority float", "a", {}, {"priority": 1.5}, "priority must be an integer from 0"),
     ("priority bool", "a", {}, {"priority": True}, "priority must be an integer from 0"),
-    ("attempts zero", "a", {}, {"attempts": 0}, "attempts must be an integer from 1 to 2147483647, got 0"),
-    ("attempts str", "a", {}, {"attempts": "3"}, "attempts must be an integer from 1 to 2147483647, got '3'"),
+    (
+        "attempts zero",
+        "a",
+        {},
+        {"attempts": 0},
+        "attempts must be an integer from 1 to 2147483647, got 0",
+    ),
+    (
+        "attempts str",
+        "a",
+        {},
+        {"attempts": "3"},
+        "attempts must be an integer from 1 to 2147483647, got '3'",
+    ),
     (
         "unknown backoff type",
         "a",

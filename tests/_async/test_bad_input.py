@@ -194,7 +194,7 @@ async def test_queue_events_take_every_id_xread_takes(redis_url: str, last_event
         await events.close()
 
 
-async def test_a_key_of_another_type_gives_a_corral_error(
+async def test_a_key_of_another_type_gives_a_corral_error_not_a_raw_one(
     queue: AsyncQueue, r: redis.Redis
 ) -> None:
     # Something else wrote the queue's wait list as a string: the add script fails on it.

@@ -195,7 +195,9 @@ def test_queue_events_take_every_id_xread_takes(redis_url: str, last_event_id: s
         events.close()
 
 
-def test_a_key_of_another_type_gives_a_corral_error(queue: Queue, r: redis.Redis) -> None:
+def test_a_key_of_another_type_gives_a_corral_error_not_a_raw_one(
+    queue: Queue, r: redis.Redis
+) -> None:
     # Something else wrote the queue's wait list as a string: the add script fails on it.
     r.set("bull:q:wait", "not a list")
     with pytest.raises(ServerReplyError, match="WRONGTYPE") as caught:
