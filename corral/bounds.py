@@ -62,8 +62,23 @@ RESERVED_JOB_IDS = frozenset(
         "x-add",
         "x-flow",
         "x-idem",
+        # The keys hanging off a job's hash (K:<id>:lock...): a job with one of these ids
+        # would be indistinguishable from another job's key when prefixes nest
+        # (queue "q" of prefix "bull:app" vs job "q" of queue "app").
+        "lock",
+        "logs",
+        "dependencies",
+        "processed",
+        "unsuccessful",
     }
 )
+
+#: Suffixes of the keys that hang off a job's hash.
+JOB_KEY_SUFFIXES = frozenset(
+    {"lock", "logs", "dependencies", "processed", "failed", "unsuccessful"}
+)
+#: First parts of the queue's keys that hold a namespace of their own (K:de:<dedup id>...).
+KEY_NAMESPACES = frozenset({"de", "dn", "repeat", "metrics", "x-add", "x-flow", "x-idem"})
 
 
 def check_int(name: str, value: Any, low: int | None = 0, high: int | None = MAX_COUNT) -> int:

@@ -171,10 +171,29 @@ _CONFIGURATION_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "ERR unknown command"
 def failure_reason(error: BaseException) -> str:
     """The ``failedReason`` a job gets for ``error``: its message, as in BullMQ (the type's
     name when it has none). A ``BaseException`` that is not an ``Exception`` is named with
-    its type: the message of ``SystemExit(3)`` is "3", which does not say the code exited."""
-    if not isinstance(error, Exception):
-        return traceback.format_exception_only(error)[-1].strip()
-    return str(error) or type(error).__name__
+    its type: the message of ``SystemExit(3)`` is "3", which does not say the code exited.
+
+    Whatever the processor raised, this gives text that can be stored: a message whose
+    ``__str__`` raises is named by its type, and lone surrogates are escaped (``\\ud800``);
+    a failure that cannot be recorded would leave its job active until its lock expired.
+    """
+    try:
+        if not isinstance(error, Exception):
+            text = traceback.format_exception_only(error)[-1].strip()
+        else:
+            text = str(error) or type(error).__name__
+    except Exception:  # its __str__ raised
+        text = f"{type(error).__name__} (its message cannot be read)"
+    return storable_text(text)
+
+
+def storable_text(text: str) -> str:
+    """``text`` with lone surrogates escaped, so that it encodes as UTF-8 (and as JSON)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def server_error_kind(exc: BaseException) -> ErrorKind:

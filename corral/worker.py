@@ -30,6 +30,7 @@ from redis.asyncio import Redis
 from corral import _scripts, _twins, _upkeep, options
 from corral._async._redis import check_connection, check_server, open_client_off_loop
 from corral._async.job import AsyncJob
+from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._async.queue import AsyncQueue
 from corral._async.queue_schedulers import schedule_next_iteration
 from corral._finisher import Finisher
@@ -43,7 +44,7 @@ from corral._threads import DaemonThreadPool
 from corral.bounds import check_text
 from corral.clock import now_ms
 from corral.errors import ConfigurationError, InvalidOptionError, server_error_kind
-from corral.options import Duration
+from corral.options import MAX_SIZE_LIMIT, Duration
 from corral.retry import BackoffStrategy, RetryPolicy
 
 logger = logging.getLogger("corral.worker")
@@ -116,6 +117,8 @@ class Worker:
             kept until its thread ends; a second signal exits at once).
         metrics_max_data_points: record BullMQ's per-minute completed/failed counts, keeping
             this many minutes (0: no metrics; BullMQ's ``metrics.maxDataPoints``).
+        max_progress_bytes / max_log_line_bytes: the largest progress and log line the jobs'
+            ``update_progress`` and ``log`` store (64 KiB each by default; see ``Queue``).
 
     Example::
 
@@ -144,6 +147,8 @@ class Worker:
         no_retry_on: type[BaseException] | Sequence[type[BaseException]] = (),
         close_grace: Duration = 30.0,
         metrics_max_data_points: int = 0,
+        max_progress_bytes: int = DEFAULT_MAX_PROGRESS_BYTES,
+        max_log_line_bytes: int = DEFAULT_MAX_LOG_LINE_BYTES,
         strict: bool = False,
     ) -> None:
         options.check_name("queue name", queue_name, colon=False)
@@ -178,6 +183,12 @@ class Worker:
             "metrics_max_data_points", metrics_max_data_points, 0
         )
         self._connection = check_connection(connection)
+        self._max_progress_bytes = options.int_option(
+            "max_progress_bytes", max_progress_bytes, 1, MAX_SIZE_LIMIT
+        )
+        self._max_log_line_bytes = options.int_option(
+            "max_log_line_bytes", max_log_line_bytes, 1, MAX_SIZE_LIMIT
+        )
         self._strict = strict
         self._is_async = processor is not None and inspect.iscoroutinefunction(processor)
         self._token_base = str(uuid.uuid4())
@@ -323,7 +334,13 @@ class Worker:
                     return None
                 continue
             self._outage.succeeded()
-            self._queue = AsyncQueue(self.queue_name, connection=client, prefix=self.prefix)
+            self._queue = AsyncQueue(
+                self.queue_name,
+                connection=client,
+                prefix=self.prefix,
+                max_progress_bytes=self._max_progress_bytes,
+                max_log_line_bytes=self._max_log_line_bytes,
+            )
             self._queue._reply_timeout = self._reply_timeout(client)
         return self._queue
 
@@ -374,7 +391,11 @@ class Worker:
         if not self._is_async:
             self._pool = DaemonThreadPool(max(32, self._concurrency))
             self._sync_queue = Queue(
-                self.queue_name, connection=_twins.sync_twin(client), prefix=self.prefix
+                self.queue_name,
+                connection=_twins.sync_twin(client),
+                prefix=self.prefix,
+                max_progress_bytes=self._max_progress_bytes,
+                max_log_line_bytes=self._max_log_line_bytes,
             )
         self._ctx = LeaseContext(
             queue=queue,

@@ -169,6 +169,32 @@ async def test_return_value_that_is_not_json_fails_the_job(
     assert "not JSON serializable" in r.hget("bull:q:1", "failedReason")
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("no message for you")
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (ValueError("bad \ud800 text"), "bad \\ud800 text"),
+        (Unprintable(), "Unprintable (its message cannot be read)"),
+    ],
+)
+async def test_an_error_that_cannot_be_stored_as_is_still_fails_the_job(
+    queue: AsyncQueue, r: redis.Redis, redis_url: str, error: Exception, reason: str
+) -> None:
+    # Such an error used to crash the worker's slot: the job stayed active until its lock
+    # expired, then failed as stalled, its reason and its retries lost.
+    async def process(job: Job) -> None:
+        raise error
+
+    await queue.add("x", attempts=2)
+    await drive(Worker("q", process, connection=redis_url), finished(queue, 1))
+    assert r.hget("bull:q:1", "failedReason") == reason
+    assert r.hget("bull:q:1", "atm") == "2"  # both attempts ran: the retry was not lost
+
+
 async def test_concurrency_limits_jobs_running_at_once(queue: AsyncQueue, redis_url: str) -> None:
     running = 0
     peak = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
+from corral._async import job_removal
 from corral.errors import script_error
 from corral.flow_job import Dependencies
 
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 # One script per state transition (see each file's header).
 _MOVE_TO_WAITING_CHILDREN = _scripts.load("move_to_waiting_children")
 _REMOVE_CHILD_DEPENDENCY = _scripts.load("remove_child_dependency")
-_REMOVE_UNPROCESSED_CHILDREN = _scripts.load("remove_unprocessed_children")
 
 
 class AsyncJobFlowMixin:
@@ -122,7 +122,8 @@ class AsyncJobFlowMixin:
         Raises:
             JobNotFoundError: this job does not exist.
         """
-        return await self._flow_script(_REMOVE_UNPROCESSED_CHILDREN)
+        # A big fan-out is removed in bounded calls (job_removal); a small one in one call.
+        return await job_removal.remove_unprocessed(self)
 
     # -- a child's link to its parent ------------------------------------------------------------
 

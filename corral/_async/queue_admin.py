@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 
 from corral import _scripts, clock
+from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._async.queue_getters import check_int
 from corral._async.queue_limits import AsyncQueueLimits
-from corral.bounds import MAX_TIMESTAMP_MS
+from corral.bounds import JOB_KEY_SUFFIXES, KEY_NAMESPACES, MAX_TIMESTAMP_MS
 from corral.errors import InvalidOptionError, QueueBusyError
-from corral.options import Duration, duration_ms
+from corral.options import MAX_SIZE_LIMIT, Duration, duration_ms
 
 _PAUSE = _scripts.load("pause_queue")
 _DRAIN = _scripts.load("drain_queue")
@@ -42,6 +43,17 @@ CLEAN_STATES = {
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
+def _owned_leftover(rest: str, nested: set[str]) -> bool:
+    """Whether ``K:<rest>``, a key left after obliterate's scripts, is this queue's to delete:
+    not a key of a queue nested under it (``nested``), and not a key that hangs off a job of
+    the queue this one is nested in (``bull:app:mail:logs`` is job "mail"'s log in queue
+    "app"; no job of queue "mail" can be named "logs")."""
+    head, colon, _ = rest.partition(":")
+    if not colon:
+        return rest not in JOB_KEY_SUFFIXES
+    return head not in nested
+
+
 def glob_escape(text: str) -> str:
     """``text`` as a literal in a ``SCAN MATCH`` pattern."""
     return _GLOB_SPECIAL.sub(r"\\\1", text)
@@ -55,6 +67,30 @@ def _finished_state(state: str) -> str:
 
 class AsyncQueueAdmin(AsyncQueueLimits):
     """Methods that manage the whole queue."""
+
+    _max_progress_bytes = DEFAULT_MAX_PROGRESS_BYTES
+    _max_log_line_bytes = DEFAULT_MAX_LOG_LINE_BYTES
+
+    @property
+    def max_progress_bytes(self) -> int:
+        """The largest progress ``job.update_progress`` stores for this queue's jobs, in bytes
+        of JSON: 1 to 536,870,912 (512 MiB, Redis' largest string), 65,536 by default. Each
+        update is also copied into the events stream, whose 10,000 entries this bounds."""
+        return self._max_progress_bytes
+
+    @max_progress_bytes.setter
+    def max_progress_bytes(self, value: int) -> None:
+        self._max_progress_bytes = check_int("max_progress_bytes", value, 1, MAX_SIZE_LIMIT)
+
+    @property
+    def max_log_line_bytes(self) -> int:
+        """The longest line ``job.log`` stores for this queue's jobs, in bytes of UTF-8: 1 to
+        536,870,912, 65,536 by default."""
+        return self._max_log_line_bytes
+
+    @max_log_line_bytes.setter
+    def max_log_line_bytes(self, value: int) -> None:
+        self._max_log_line_bytes = check_int("max_log_line_bytes", value, 1, MAX_SIZE_LIMIT)
 
     async def pause(self) -> None:
         """Pause the queue: no worker takes a job until :meth:`resume`.
@@ -101,7 +137,7 @@ class AsyncQueueAdmin(AsyncQueueLimits):
         """
         cutoff = clock.now_ms() - duration_ms("grace", grace)
         check_int("limit", limit)
-        if state not in CLEAN_STATES:
+        if not isinstance(state, str) or state not in CLEAN_STATES:
             known = ", ".join(CLEAN_STATES)
             raise InvalidOptionError(f"state must be among {known}, got {state!r}")
         removed: list[str] = []
@@ -150,14 +186,30 @@ class AsyncQueueAdmin(AsyncQueueLimits):
         # queue's name in the pattern, so queue "q" never matches the keys of queue "q2".
         client = await self.client()
         pattern = glob_escape(self._job_prefix) + "*"
+        nested = await self._nested_queues()
         batch: list[str] = []
         async for key in client.scan_iter(match=pattern, count=BATCH):
+            if not _owned_leftover(key[len(self._job_prefix) :], nested):
+                continue
             batch.append(key)
             if len(batch) >= BATCH:
                 await client.delete(*batch)
                 batch.clear()
         if batch:
             await client.delete(*batch)
+
+    async def _nested_queues(self) -> set[str]:
+        """Names of the queues whose prefix is this queue's ``prefix:name`` (queue "mail" of
+        prefix "bull:app" beside queue "app" of prefix "bull"): their keys are under this
+        queue's, and must survive its obliterate. A queue has a ``meta`` hash."""
+        client = await self.client()
+        found: set[str] = set()
+        pattern = glob_escape(self._job_prefix) + "*:meta"
+        async for key in client.scan_iter(match=pattern, count=BATCH):
+            name, _, rest = key[len(self._job_prefix) :].partition(":")
+            if rest == "meta" and name not in KEY_NAMESPACES:
+                found.add(name)
+        return found
 
     async def retry_jobs(
         self, state: str = "failed", count: int = 1000, timestamp: int | None = None
@@ -170,7 +222,8 @@ class AsyncQueueAdmin(AsyncQueueLimits):
 
         Args:
             state: ``failed`` or ``completed``.
-            count: jobs moved per script call.
+            count: jobs moved per script call (at most :data:`BATCH`, whatever is given:
+                one call must not hold the server for long).
             timestamp: only jobs finished at or before this epoch ms; by default the time of
                 the call, so jobs failing again meanwhile are not retried twice.
 
@@ -184,26 +237,27 @@ class AsyncQueueAdmin(AsyncQueueLimits):
             if timestamp is None
             else check_int("timestamp", timestamp, 0, MAX_TIMESTAMP_MS)
         )
+        batch = min(count, BATCH)
         total = 0
         while True:
-            moved = int(await self._run(_RETRY_JOBS, [self._job_prefix, state, count, until]))
+            moved = int(await self._run(_RETRY_JOBS, [self._job_prefix, state, batch, until]))
             total += moved
-            if moved < count:
+            if moved < batch:
                 return total
 
     async def promote_jobs(self, count: int = 1000) -> int:
         """Run every delayed job now (to wait, or prioritized); returns how many.
 
         Args:
-            count: jobs moved per script call.
+            count: jobs moved per script call (at most :data:`BATCH`).
 
         Raises:
             InvalidOptionError: a count < 1.
         """
-        check_int("count", count, 1)
+        batch = min(check_int("count", count, 1), BATCH)
         total = 0
         while True:
-            moved = int(await self._run(_PROMOTE_JOBS, [self._job_prefix, count]))
+            moved = int(await self._run(_PROMOTE_JOBS, [self._job_prefix, batch]))
             total += moved
-            if moved < count:
+            if moved < batch:
                 return total

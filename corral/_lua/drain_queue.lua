@@ -9,7 +9,8 @@
 --       prioritized, delayed.
 -- ARGV[1] key prefix of the queue's jobs ("bull:q:")
 -- ARGV[2] "1" to drain delayed jobs too, else "0"
--- ARGV[3] at most this many jobs are deleted by this call
+-- ARGV[3] at most this many jobs are deleted by this call (1000 at most, whatever is
+--         asked: one call must not hold the server for long)
 -- Returns how many jobs are left to drain (call again while > 0).
 -- Error codes: none.
 -- @include keys
@@ -19,7 +20,7 @@
 -- @include purge
 
 local prefix = ARGV[1]
-local budget = tonumber(ARGV[3])
+local budget = math.min(tonumber(ARGV[3]), 1000)
 budget = budget - purge_list_head(prefix, K_WAIT, budget)
 budget = budget - purge_list_head(prefix, K_PAUSED, budget)
 budget = budget - purge_zset_head(prefix, K_PRIORITIZED, budget)

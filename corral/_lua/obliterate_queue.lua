@@ -10,7 +10,8 @@
 -- KEYS: the queue's keys in corral._keys order (include/keys.lua); uses all of them.
 -- ARGV[1] key prefix of the queue's jobs ("bull:q:")
 -- ARGV[2] "1" to delete active jobs too (force), else "0"
--- ARGV[3] at most this many jobs are deleted by this call
+-- ARGV[3] at most this many jobs are deleted by this call (1000 at most, whatever is
+--         asked: one call must not hold the server for long)
 -- Returns 1 when jobs may be left (call again), 0 when the jobs and KEYS are all gone.
 -- Error codes: -1 the queue has active jobs and force is not set (nothing was written).
 -- @include keys
@@ -24,7 +25,7 @@ if ARGV[2] ~= "1" and rcall("LLEN", K_ACTIVE) > 0 then
   return -1
 end
 rcall("HSET", K_META, "paused", 1)
-local budget = tonumber(ARGV[3])
+local budget = math.min(tonumber(ARGV[3]), 1000)
 for _, list_key in ipairs({K_ACTIVE, K_WAIT, K_PAUSED}) do
   budget = budget - purge_list_head(prefix, list_key, budget)
 end

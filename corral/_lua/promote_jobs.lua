@@ -4,7 +4,8 @@
 -- KEYS: the queue's keys in corral._keys order (include/keys.lua); uses wait, prioritized,
 --       pc, delayed, marker, events, meta.
 -- ARGV[1] key prefix of the queue's jobs ("bull:q:")
--- ARGV[2] at most this many jobs are moved by this call
+-- ARGV[2] at most this many jobs are moved by this call (1000 at most, whatever is asked: one
+--         call must not hold the server for long)
 -- Returns how many jobs were moved (fewer than ARGV[2]: none is left).
 -- Error codes: none.
 -- @include keys
@@ -12,7 +13,7 @@
 -- @include scores
 
 local prefix = ARGV[1]
-local ids = rcall("ZRANGE", K_DELAYED, 0, tonumber(ARGV[2]) - 1)
+local ids = rcall("ZRANGE", K_DELAYED, 0, math.min(tonumber(ARGV[2]), 1000) - 1)
 if #ids == 0 then
   return 0
 end

@@ -9,7 +9,8 @@
 --       pc, completed, failed, marker, events, meta.
 -- ARGV[1] key prefix of the queue's jobs ("bull:q:")
 -- ARGV[2] "failed" or "completed"
--- ARGV[3] at most this many jobs are moved by this call
+-- ARGV[3] at most this many jobs are moved by this call (1000 at most, whatever is asked: one
+--         call must not hold the server for long)
 -- ARGV[4] only jobs finished at or before this epoch ms
 -- Returns how many jobs were moved (fewer than ARGV[3]: none is left).
 -- Error codes: none.
@@ -23,7 +24,8 @@ local set_key = K_FAILED
 if state == "completed" then
   set_key = K_COMPLETED
 end
-local ids = rcall("ZRANGEBYSCORE", set_key, "-inf", ARGV[4], "LIMIT", 0, tonumber(ARGV[3]))
+local count = math.min(tonumber(ARGV[3]), 1000)
+local ids = rcall("ZRANGEBYSCORE", set_key, "-inf", ARGV[4], "LIMIT", 0, count)
 if #ids == 0 then
   return 0
 end

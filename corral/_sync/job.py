@@ -14,9 +14,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
+from corral._sync import job_removal
+from corral._sync.job_data import (
+    JobDataMixin,
+    TooLarge,
+)
 from corral._sync.job_flow import JobFlowMixin
-from corral.bounds import MAX_TIMESTAMP_MS, check_int
-from corral.errors import InvalidOptionError, failure_reason, script_error
+from corral.bounds import MAX_NAME_LENGTH, MAX_TIMESTAMP_MS, check_int, check_text, names_a_job
+from corral.errors import InvalidOptionError, failure_reason, script_error, storable_text
 from corral.job import JobRecord, JobState
 from corral.options import MAX_PRIORITY, Duration, duration_ms, retention_limits
 from corral.retry import RetryPolicy
@@ -29,20 +34,16 @@ DEFAULT_STACKTRACE_LIMIT = 10
 _DEFAULT_POLICY = RetryPolicy()
 
 # One script per state transition of a single job (see each file's header).
-_UPDATE_PROGRESS = _scripts.load("update_progress")
-_ADD_LOG = _scripts.load("add_log")
-_UPDATE_DATA = _scripts.load("update_data")
 _CHANGE_DELAY = _scripts.load("change_delay")
 _CHANGE_PRIORITY = _scripts.load("change_priority")
 _PROMOTE_JOB = _scripts.load("promote_job")
 _RETRY_JOB = _scripts.load("retry_job")
-_REMOVE_JOB = _scripts.load("remove_job")
 _GET_STATE = _scripts.load("get_state")
 _MOVE_TO_DELAYED = _scripts.load("move_to_delayed")
 _MOVE_TO_WAIT = _scripts.load("move_to_wait")
 
 
-class Job(JobRecord, JobFlowMixin):
+class Job(JobRecord, JobDataMixin, JobFlowMixin):
     """A job of an :class:`Queue`; see :class:`corral.job.JobRecord` for its fields."""
 
     queue: QueueBase
@@ -51,7 +52,9 @@ class Job(JobRecord, JobFlowMixin):
     _on_progress: Callable[[Any, Any], Any] | None = None
 
     def _token(self, token: str | None) -> str:
-        return token if token is not None else (self.token or "0")
+        if token is None:
+            return self.token or "0"
+        return check_text("token", token, max_length=MAX_NAME_LENGTH)
 
     # -- finishing an attempt (used by Worker; public for manual processing) ---------------
 
@@ -71,9 +74,11 @@ class Job(JobRecord, JobFlowMixin):
     ) -> list[Any]:
         """The values that finish this attempt as failed: retried (after its backoff) while
         attempts are left, else failed for good; see :meth:`move_to_failed`."""
+        if not isinstance(error, BaseException):
+            raise InvalidOptionError(f"error must be an exception, got {type(error).__name__}")
         reason = failure_reason(error)
         limit = int(self.opts.get("stackTraceLimit", DEFAULT_STACKTRACE_LIMIT))
-        stack = [*self.stacktrace, "".join(traceback.format_exception(error))]
+        stack = [*self.stacktrace, storable_text("".join(traceback.format_exception(error)))]
         stacktrace = _codec.dumps(stack[-limit:] if limit > 0 else [])
         delay = policy.retry_delay(self, error)
         if delay is None:
@@ -93,10 +98,15 @@ class Job(JobRecord, JobFlowMixin):
         """Complete the job with ``return_value`` (JSON); with ``fetch``, take next jobs.
 
         Raises:
-            TypeError: the return value is not JSON serializable (the job is untouched).
+            InvalidOptionError: the return value is not JSON serializable (the job is
+                untouched).
             JobError: the lock is lost or the job is not active (nothing was written).
         """
-        fetched = self._finish(self.completion(return_value, token), fetch)
+        try:
+            values = self.completion(return_value, token)
+        except TypeError as exc:  # orjson's errors, a too deep nesting among them
+            raise InvalidOptionError(f"return_value must be JSON-serializable: {exc}") from None
+        fetched = self._finish(values, fetch)
         self.returnvalue = return_value
         return fetched
 
@@ -142,103 +152,21 @@ class Job(JobRecord, JobFlowMixin):
         self.attempts_made = int(reply[1])
         return _scripts.parse_fetched(reply, 4)
 
-    # -- progress, logs and data ------------------------------------------------------------
+    # -- running the job's scripts --------------------------------------------------------------
 
     def _change(self, script: _scripts.Script, *args: Any) -> int:
         """Run one of the job's scripts; a negative answer is raised as its error."""
-        reply = int(self.queue._run(script, [self.queue._job_prefix, self.id, *args]))
-        if reply < 0:
-            raise script_error(reply, queue=self.queue.name, job_id=self.id)
-        return reply
-
-    def update_progress(self, progress: int | float | dict[str, Any] | list[Any]) -> None:
-        """Store the job's progress and emit a ``progress`` event (BullMQ's ``updateProgress``).
-
-        Args:
-            progress: a number (a percentage, by convention) or any JSON object or list.
-
-        Raises:
-            InvalidOptionError: ``progress`` cannot be written as JSON; nothing was written.
-            JobNotFoundError: the job does not exist any more.
-        """
-        encoded = _codec.encode_data(progress)
-        self._change(_UPDATE_PROGRESS, encoded)
-        self.progress = _codec.loads(encoded)
-        if self._on_progress is not None:
-            self._on_progress(self, self.progress)
-
-    def log(self, line: str) -> int:
-        """Append ``line`` to the job's log, keeping the newest ``keepLogs`` lines when set.
-
-        Args:
-            line: one line of text.
-
-        Returns:
-            How many lines the log holds now.
-
-        Raises:
-            InvalidOptionError: ``line`` is not a string.
-            JobNotFoundError: the job does not exist any more.
-        """
-        if not isinstance(line, str):
-            raise InvalidOptionError(f"log line must be a string, got {type(line).__name__}")
-        keep = self.opts.get("kl", self.opts.get("keepLogs"))
-        return self._change(_ADD_LOG, line, "" if keep is None else int(keep))
-
-    def get_logs(
-        self, start: int = 0, end: int = -1, *, asc: bool = True
-    ) -> tuple[list[str], int]:
-        """Lines of the job's log, and how many there are in all (BullMQ's ``getJobLogs``).
-
-        Args:
-            start: index of the first line wanted (0: the oldest, or the newest when
-                ``asc=False``).
-            end: index of the last line wanted, inclusive (-1: through the last).
-            asc: oldest first; ``False`` counts from the newest and returns newest first.
-
-        Returns:
-            ``(lines, total)``.
-        """
-        check_int("start", start, None, None)
-        check_int("end", end, None, None)
-        if not isinstance(asc, bool):
-            raise InvalidOptionError(f"asc must be True or False, got {asc!r}")
-        key = self.queue.keys.logs(self.id)
-        client = self.queue.client()
-        with client.pipeline(transaction=True) as pipe:
-            if asc:
-                pipe.lrange(key, start, end)
-            else:
-                pipe.lrange(key, -(end + 1), -(start + 1))
-            pipe.llen(key)
-            lines, total = pipe.execute()
-        if not asc:
-            lines.reverse()
-        return list(lines), int(total)
-
-    def clear_logs(self, keep: int = 0) -> None:
-        """Delete the job's log lines but the newest ``keep`` (BullMQ's ``clearLogs``).
-
-        One command, so it needs no script to be atomic.
-        """
-        check_int("keep", keep)
-        key = self.queue.keys.logs(self.id)
-        client = self.queue.client()
-        if keep == 0:
-            client.delete(key)
-        else:
-            client.ltrim(key, -keep, -1)
-
-    def update_data(self, data: Any) -> None:
-        """Replace the job's data (BullMQ's ``updateData``).
-
-        Raises:
-            InvalidOptionError: ``data`` cannot be written as JSON; nothing was written.
-            JobNotFoundError: the job does not exist any more.
-        """
-        encoded = _codec.encode_data(data)
-        self._change(_UPDATE_DATA, encoded)
-        self.data = _codec.loads(encoded)
+        if not names_a_job(self.id):
+            # A queue's own key (wait, meta...) is no job: its script would meet a list or a
+            # hash of another kind.
+            raise script_error(-1, queue=self.queue.name, job_id=self.id)
+        reply = self.queue._run(script, [self.queue._job_prefix, self.id, *args])
+        if isinstance(reply, list):
+            # {-10, limit}: a value over a limit the script read from the job.
+            raise TooLarge(int(reply[1]))
+        if int(reply) < 0:
+            raise script_error(int(reply), queue=self.queue.name, job_id=self.id)
+        return int(reply)
 
     # -- rescheduling --------------------------------------------------------------------------
 
@@ -342,14 +270,19 @@ class Job(JobRecord, JobFlowMixin):
     def remove(self, *, remove_children: bool = True) -> None:
         """Delete the job and its keys; with ``remove_children``, its flow children too.
 
-        All or nothing: if the job or any child below it is being processed, nothing is
-        removed. Each removed job gets a ``removed`` event on its own queue.
+        If the job or any child below it is being processed, nothing is removed. A tree of
+        up to 500 jobs goes in one script call, all or nothing; a bigger one goes in chunks
+        of bounded server time (:mod:`corral._sync.job_removal` says what stays atomic
+        then). Each removed job gets a ``removed`` event on its own queue.
 
         Raises:
             JobNotFoundError: the job does not exist.
-            JobLockedError: the job, or one of its children, is active.
+            JobLockedError: the job, or one of its children, is active (nothing was removed;
+                a job that becomes active while a big tree is removed in chunks is kept, with
+                the jobs above it, and the message says how many were removed).
+            JobStateError: the job is the pending iteration of a job scheduler.
         """
-        self._change(_REMOVE_JOB, "1" if remove_children else "0")
+        job_removal.remove_tree(self, remove_children=remove_children)
 
     # -- state ---------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
+from corral._sync import job_removal
 from corral.errors import script_error
 from corral.flow_job import Dependencies
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 # One script per state transition (see each file's header).
 _MOVE_TO_WAITING_CHILDREN = _scripts.load("move_to_waiting_children")
 _REMOVE_CHILD_DEPENDENCY = _scripts.load("remove_child_dependency")
-_REMOVE_UNPROCESSED_CHILDREN = _scripts.load("remove_unprocessed_children")
 
 
 class JobFlowMixin:
@@ -123,7 +123,8 @@ class JobFlowMixin:
         Raises:
             JobNotFoundError: this job does not exist.
         """
-        return self._flow_script(_REMOVE_UNPROCESSED_CHILDREN)
+        # A big fan-out is removed in bounded calls (job_removal); a small one in one call.
+        return job_removal.remove_unprocessed(self)
 
     # -- a child's link to its parent ------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing_extensions import Unpack
 from corral import _bulk, _codec, _scripts, options
 from corral._adds import MAX_ADD_RETRIES, AddCalls, add_retry_delay
 from corral._sync.job import Job
+from corral._sync.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._sync.queue_schedulers import QueueSchedulers
 from corral._keys import DEFAULT_PREFIX
 from corral._supervisor import Outage
@@ -72,6 +73,11 @@ class Queue(QueueSchedulers):
             to 20 s of outage), at most 100, 0 to raise at once. Each call is numbered, so a
             call sent again after its first send did land returns that send's jobs and
             creates nothing.
+        max_progress_bytes: the largest progress ``job.update_progress`` stores, in bytes of
+            JSON (64 KiB by default, at most 512 MiB): each update is also copied into the
+            events stream.
+        max_log_line_bytes: the longest line ``job.log`` stores, in bytes of UTF-8 (64 KiB by
+            default, at most 512 MiB).
 
     Example::
 
@@ -89,8 +95,12 @@ class Queue(QueueSchedulers):
         backoff_types: Collection[str] = (),
         strict: bool = False,
         add_retries: int = 20,
+        max_progress_bytes: int = DEFAULT_MAX_PROGRESS_BYTES,
+        max_log_line_bytes: int = DEFAULT_MAX_LOG_LINE_BYTES,
     ) -> None:
         super().__init__(name, connection=connection, prefix=prefix, strict=strict)
+        self.max_progress_bytes = max_progress_bytes
+        self.max_log_line_bytes = max_log_line_bytes
         self.add_retries = options.int_option("add_retries", add_retries, 0, MAX_ADD_RETRIES)
         self._adds = AddCalls(enabled=self.add_retries > 0)
         self._add_outage = Outage(f"queue {name}", logger)

@@ -303,3 +303,39 @@ async def test_waits_refuse_a_timeout_that_is_not_seconds(
 async def test_get_flow_refuses_a_queue_name_that_is_not_one(flows: AsyncFlowProducer) -> None:
     with pytest.raises(InvalidOptionError, match="queue name must be a non-empty string"):
         await flows.get_flow("x", {"a": 1})  # type: ignore[arg-type]
+
+
+async def test_obliterate_spares_a_queue_whose_prefix_nests_under_it(
+    redis_url: str, r: redis.Redis
+) -> None:
+    app = AsyncQueue("app", connection=redis_url)
+    mail = AsyncQueue("mail", connection=redis_url, prefix="bull:app")
+    try:
+        await app.add("a", deduplication={"id": "d"})
+        await mail.add("m")
+        await mail.upsert_job_scheduler("tick", every=60)
+        kept = {key for key in r.scan_iter("bull:app:mail:*")}
+        assert kept
+        await app.obliterate()
+        assert {key for key in r.scan_iter("bull:app:*")} == kept
+        assert await mail.get_job_counts("waiting") == {"waiting": 2}  # "m", the first tick
+    finally:
+        await app.close()
+        await mail.close()
+
+
+async def test_obliterate_spares_the_keys_of_the_job_its_prefix_names(
+    redis_url: str, r: redis.Redis
+) -> None:
+    neighbour = AsyncQueue("neighbour", connection=redis_url)
+    kept = AsyncQueue("kept", connection=redis_url, prefix="bull:neighbour")
+    try:
+        job = await neighbour.add("x", job_id="kept")
+        await job.log("a line of neighbour's job 'kept'")
+        await kept.add("k")
+        await kept.obliterate(force=True)
+        assert r.lrange("bull:neighbour:kept:logs", 0, -1) == ["a line of neighbour's job 'kept'"]
+        assert r.hget("bull:neighbour:kept", "name") == "x"
+    finally:
+        await neighbour.close()
+        await kept.close()

@@ -304,3 +304,39 @@ def test_waits_refuse_a_timeout_that_is_not_seconds(
 def test_get_flow_refuses_a_queue_name_that_is_not_one(flows: FlowProducer) -> None:
     with pytest.raises(InvalidOptionError, match="queue name must be a non-empty string"):
         flows.get_flow("x", {"a": 1})  # type: ignore[arg-type]
+
+
+def test_obliterate_spares_a_queue_whose_prefix_nests_under_it(
+    redis_url: str, r: redis.Redis
+) -> None:
+    app = Queue("app", connection=redis_url)
+    mail = Queue("mail", connection=redis_url, prefix="bull:app")
+    try:
+        app.add("a", deduplication={"id": "d"})
+        mail.add("m")
+        mail.upsert_job_scheduler("tick", every=60)
+        kept = {key for key in r.scan_iter("bull:app:mail:*")}
+        assert kept
+        app.obliterate()
+        assert {key for key in r.scan_iter("bull:app:*")} == kept
+        assert mail.get_job_counts("waiting") == {"waiting": 2}  # "m", the first tick
+    finally:
+        app.close()
+        mail.close()
+
+
+def test_obliterate_spares_the_keys_of_the_job_its_prefix_names(
+    redis_url: str, r: redis.Redis
+) -> None:
+    neighbour = Queue("neighbour", connection=redis_url)
+    kept = Queue("kept", connection=redis_url, prefix="bull:neighbour")
+    try:
+        job = neighbour.add("x", job_id="kept")
+        job.log("a line of neighbour's job 'kept'")
+        kept.add("k")
+        kept.obliterate(force=True)
+        assert r.lrange("bull:neighbour:kept:logs", 0, -1) == ["a line of neighbour's job 'kept'"]
+        assert r.hget("bull:neighbour:kept", "name") == "x"
+    finally:
+        neighbour.close()
+        kept.close()

@@ -1,6 +1,8 @@
--- Delete a job's hash and every key hanging off it.
+-- Delete a job's hash and every key hanging off it. UNLINK: a parent's 100k-entry
+-- :processed or a long :logs list is freed in the background, not inside this call (Redis 7
+-- frees a DEL in the foreground unless lazyfree-lazy-user-del is set).
 local function delete_job(job_key)
-  rcall("DEL", job_key, job_key .. ":logs", job_key .. ":lock", job_key .. ":dependencies",
+  rcall("UNLINK", job_key, job_key .. ":logs", job_key .. ":lock", job_key .. ":dependencies",
     job_key .. ":processed", job_key .. ":failed", job_key .. ":unsuccessful")
 end
 
