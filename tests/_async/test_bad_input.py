@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 
-from corral import AsyncFlowProducer, AsyncQueue, AsyncQueueEvents, Worker
+from corral import AsyncFlowProducer, AsyncQueue, AsyncQueueEvents, FlowJob, Worker
 from corral.bounds import MAX_TIMESTAMP_MS, RESERVED_JOB_IDS
 from corral.errors import InvalidOptionError, ServerReplyError
 from corral.job import JobState
@@ -339,3 +339,14 @@ async def test_obliterate_spares_the_keys_of_the_job_its_prefix_names(
     finally:
         await neighbour.close()
         await kept.close()
+
+
+async def test_a_bad_events_cap_of_a_parent_queue_does_not_break_its_children(
+    flows: AsyncFlowProducer, queue: AsyncQueue, r: redis.Redis
+) -> None:
+    node = await flows.add(FlowJob("p", "pq", children=[FlowJob("c", "q")]))
+    r.hset("bull:pq:meta", "opts.maxLenEvents", "1e20")
+    # The parent is released on its own queue's stream (emit_to) as its last child goes.
+    child = node.children[0].job
+    assert await child.remove_child_dependency() is True
+    assert r.lrange("bull:pq:wait", 0, -1) == [node.job.id]

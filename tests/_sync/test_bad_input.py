@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from corral import FlowProducer, Queue, QueueEvents, Worker
+from corral import FlowProducer, Queue, QueueEvents, FlowJob, Worker
 from corral.bounds import MAX_TIMESTAMP_MS, RESERVED_JOB_IDS
 from corral.errors import InvalidOptionError, ServerReplyError
 from corral.job import JobState
@@ -340,3 +340,14 @@ def test_obliterate_spares_the_keys_of_the_job_its_prefix_names(
     finally:
         neighbour.close()
         kept.close()
+
+
+def test_a_bad_events_cap_of_a_parent_queue_does_not_break_its_children(
+    flows: FlowProducer, queue: Queue, r: redis.Redis
+) -> None:
+    node = flows.add(FlowJob("p", "pq", children=[FlowJob("c", "q")]))
+    r.hset("bull:pq:meta", "opts.maxLenEvents", "1e20")
+    # The parent is released on its own queue's stream (emit_to) as its last child goes.
+    child = node.children[0].job
+    assert child.remove_child_dependency() is True
+    assert r.lrange("bull:pq:wait", 0, -1) == [node.job.id]

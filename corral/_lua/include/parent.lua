@@ -22,10 +22,14 @@ local function now_or_server(now)
 end
 
 -- XADD an event to the stream of the queue whose key prefix is `qp`, trimmed to that queue's
--- own opts.maxLenEvents.
+-- own opts.maxLenEvents: a count from 0 to 2^31 - 1, else the default (as events_max_len in
+-- include/events, which scripts of another queue's parent may not include).
 local function emit_to(qp, ...)
-  local max_len = tonumber(rcall("HGET", qp .. "meta", "opts.maxLenEvents")) or 10000
-  rcall("XADD", qp .. "events", "MAXLEN", "~", max_len, "*", "event", ...)
+  local max_len = tonumber(rcall("HGET", qp .. "meta", "opts.maxLenEvents"))
+  if not max_len or max_len ~= max_len or max_len < 0 or max_len > 2147483647 then
+    max_len = 10000
+  end
+  rcall("XADD", qp .. "events", "MAXLEN", "~", math.floor(max_len), "*", "event", ...)
 end
 
 local function decode_json(raw)
