@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral._keys import SCRIPT_KEY_SUFFIXES
 from corral.errors import InvalidOptionError
 
 #: Largest count (retention counts, keep_logs, attempts, events cap, limiter max...). Lua 5.1
@@ -39,22 +40,7 @@ MAX_NAME_LENGTH = 1024
 #: ids. BullMQ's keys first, then corral's (``dn``, ``x-add``, ``x-flow``, ``x-idem``).
 RESERVED_JOB_IDS = frozenset(
     {
-        "wait",
-        "paused",
-        "active",
-        "prioritized",
-        "pc",
-        "delayed",
-        "waiting-children",
-        "completed",
-        "failed",
-        "marker",
-        "events",
-        "meta",
-        "stalled",
-        "stalled-check",
-        "limiter",
-        "id",
+        *SCRIPT_KEY_SUFFIXES,  # wait, active, meta, events, limiter, id...
         "repeat",
         "metrics",
         "de",

@@ -96,9 +96,10 @@ def server_binary() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
-def test_server() -> Iterator[ServerProcess]:
-    workdir = Path(tempfile.mkdtemp(prefix="corral-test-"))
+def running_server(name: str) -> Iterator[ServerProcess]:
+    """Start a server of this session in a temp dir named after ``name``; stop it and remove
+    the dir when the generator ends (the body of a fixture)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"corral-{name}-"))
     srv = ServerProcess(server_binary(), free_port(), workdir)
     srv.start()
     try:
@@ -106,6 +107,11 @@ def test_server() -> Iterator[ServerProcess]:
     finally:
         srv.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def test_server() -> Iterator[ServerProcess]:
+    yield from running_server("test")
 
 
 @pytest.fixture

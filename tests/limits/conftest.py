@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import redis
 
-from tests.conftest import ServerProcess, free_port, server_binary
+from corral import Queue
+from tests.conftest import ServerProcess, running_server
 
 #: The goal of the issue: no script call over 50 ms of server time.
 GOAL_MS = 50.0
@@ -32,14 +30,7 @@ RECORD_FROM_US = 1000
 
 @pytest.fixture(scope="module")
 def limits_server() -> Iterator[ServerProcess]:
-    workdir = Path(tempfile.mkdtemp(prefix="corral-limits-"))
-    srv = ServerProcess(server_binary(), free_port(), workdir)
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+    yield from running_server("limits")
 
 
 @pytest.fixture
@@ -120,6 +111,21 @@ class ServerTimer:
         self.client.config_set("slowlog-log-slower-than", 10_000)
         self.client.config_set("latency-monitor-threshold", 0)
         self.client.close()
+
+
+@pytest.fixture
+def r(limits_url: str) -> Iterator[redis.Redis]:
+    """A plain client on the size tests' server (long timeout: the data is built in Lua)."""
+    client = redis.Redis.from_url(limits_url, decode_responses=True, socket_timeout=120)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def queue(limits_url: str) -> Iterator[Queue]:
+    q = Queue("q", connection=limits_url)
+    yield q
+    q.close()
 
 
 @pytest.fixture

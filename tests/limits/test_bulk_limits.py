@@ -12,7 +12,6 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,13 +22,6 @@ from tests.limits.conftest import ServerTimer
 
 #: How many jobs the big bulk adds.
 BULK_JOBS = int(os.environ.get("CORRAL_LIMITS_BULK_JOBS", "200000"))
-
-
-@pytest.fixture
-def r(limits_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(limits_url, decode_responses=True)
-    yield client
-    client.close()
 
 
 def evalsha_calls(r: redis.Redis) -> int:

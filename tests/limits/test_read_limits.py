@@ -3,9 +3,6 @@ children, a job of 10 MB; each call bounded in server time (``server_timer``).""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import redis
 
 from corral import Queue
@@ -26,20 +23,6 @@ for i = tonumber(ARGV[1]), tonumber(ARGV[1]) + tonumber(ARGV[2]) - 1 do
   redis.call("SADD", KEYS[2], "bull:cq:p" .. i)
 end
 """
-
-
-@pytest.fixture
-def r(limits_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(limits_url, decode_responses=True, socket_timeout=120)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def queue(limits_url: str) -> Iterator[Queue]:
-    q = Queue("q", connection=limits_url)
-    yield q
-    q.close()
 
 
 def test_listing_a_million_finished_jobs(

@@ -13,9 +13,7 @@ already seconds at 300k, and the three 1M cases take a minute of building and de
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
-import pytest
 import redis
 
 from corral import Queue
@@ -54,20 +52,6 @@ for i = first, first + n - 1 do
 end
 return n
 """
-
-
-@pytest.fixture
-def r(limits_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(limits_url, decode_responses=True, socket_timeout=120)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def queue(limits_url: str) -> Iterator[Queue]:
-    q = Queue("q", connection=limits_url)
-    yield q
-    q.close()
 
 
 def build_parent(r: redis.Redis, n: int) -> None:
