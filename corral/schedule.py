@@ -52,7 +52,10 @@ CRON_ALIASES = frozenset(
 def date_ms(option: str, value: DateLike) -> int:
     """A date as epoch ms; a naive ``datetime`` is local time, as ``datetime.timestamp()``."""
     if isinstance(value, datetime):
-        ms = round(value.timestamp() * 1000)
+        try:
+            ms = round(value.timestamp() * 1000)
+        except (ValueError, OverflowError, OSError):  # year 1 in local time, and the like
+            ms = -1
         if not 0 <= ms <= MAX_TIMESTAMP_MS:
             raise InvalidOptionError(
                 f"{option} must be from 1970 to 2039-09-07 (epoch ms {MAX_TIMESTAMP_MS}), "

@@ -130,6 +130,8 @@ class Job(JobRecord, JobDataMixin, JobFlowMixin):
 
     def _finish(self, values: list[Any], fetch: _scripts.FetchNext) -> list[_scripts.Fetched]:
         job_id, token, outcome, value, stacktrace, keep, max_age, delay = values
+        if not names_a_job(job_id):  # a queue's own key is no job (see _change)
+            raise script_error(-1, queue=self.queue.name, job_id=job_id)
         reply = self.queue._run(
             _scripts.MOVE_TO_FINISHED,
             [

@@ -181,6 +181,8 @@ def test_check_runs_refuses_an_end_before_the_first_run() -> None:
         ({"every": 1, "limit": 2**70}, "limit must be an integer from 1 to"),
         ({"every": 1e300}, "every must be at most"),
         ({"every": 1, "start_date": 2**70}, "start_date must be a datetime or epoch ms from 0"),
+        ({"every": 1, "start_date": datetime(1, 1, 1)}, "start_date must be from 1970"),
+        ({"every": 1, "end_date": datetime(9999, 12, 31)}, "end_date must be from 1970"),
         ({"cron": "0 0 30 2 *"}, "never fires"),
         ({"cron": "0 0 31 4 *"}, "never fires"),
         ({"cron": "* * * * *", "tz": "A" * 5000}, "tz must be at most 255 characters"),
