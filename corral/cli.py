@@ -223,8 +223,11 @@ def enqueue_command(
         }.items()
         if value is not None
     }
-    # The error, if it comes to that, is the one line: not the warnings of each retry.
-    logging.getLogger("corral.queue").setLevel(logging.ERROR)
+    # The error, if it comes to that, is the one line: not the warnings of each retry. The
+    # level is put back after (the command may run in-process, under click's test runner).
+    queue_logger = logging.getLogger("corral.queue")
+    level = queue_logger.level
+    queue_logger.setLevel(logging.ERROR)
     try:
         with Queue(queue_name, connection=url, prefix=prefix, add_retries=retries) as queue:
             job = queue.add(name, payload, **options)
@@ -232,6 +235,8 @@ def enqueue_command(
         raise click.ClickException(str(exc)) from None
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         raise click.ClickException(f"cannot reach the server: {exc}") from None
+    finally:
+        queue_logger.setLevel(level)
     click.echo(job.id)
 
 
