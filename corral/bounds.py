@@ -59,6 +59,12 @@ RESERVED_JOB_IDS = frozenset(
     }
 )
 
+#: The ids whose key, ``K:<id>``, is one of the queue's own keys: no job can live there, so a
+#: read of one finds no job. The other reserved ids are refused when written but still read:
+#: Node BullMQ may have added a job named "logs" or "de", which works where prefixes do not
+#: nest.
+QUEUE_KEY_NAMES = frozenset({*SCRIPT_KEY_SUFFIXES, "repeat"})
+
 #: Suffixes of the keys that hang off a job's hash.
 JOB_KEY_SUFFIXES = frozenset(
     {"lock", "logs", "dependencies", "processed", "failed", "unsuccessful"}
@@ -130,16 +136,17 @@ def check_job_id(value: Any, kind: str = "job_id") -> str:
 
 def names_a_job(value: Any, kind: str = "job_id") -> bool:
     """Whether ``value``, an id given to a read or a removal, can be a job's id: custom and
-    numeric ids, and the ``repeat:<scheduler>:<run ms>`` ids of scheduler iterations. Other
-    ids name no job (a reserved name, or a key under one: ``metrics:failed``) and are not
-    looked up, since their keys hold the queue's own data.
+    numeric ids (also those corral refuses to write but Node may have: ``"logs"``), and the
+    ``repeat:<scheduler>:<run ms>`` ids of scheduler iterations. Other ids name no job (a
+    queue key's name, :data:`QUEUE_KEY_NAMES`, or a key under one: ``metrics:failed``) and
+    are not looked up, since their keys hold the queue's own data.
 
     Raises:
         InvalidOptionError: ``value`` is not text (not a string, empty, a lone surrogate).
     """
     job_id = check_text(kind, value)
     if ":" not in job_id:
-        return job_id not in RESERVED_JOB_IDS
+        return job_id not in QUEUE_KEY_NAMES
     head, _, run_ms = job_id.rpartition(":")
     return head.startswith("repeat:") and len(head) > len("repeat:") and run_ms.isdigit()
 

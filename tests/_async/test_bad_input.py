@@ -350,3 +350,17 @@ async def test_a_bad_events_cap_of_a_parent_queue_does_not_break_its_children(
     child = node.children[0].job
     assert await child.remove_child_dependency() is True
     assert r.lrange("bull:pq:wait", 0, -1) == [node.job.id]
+
+
+@pytest.mark.parametrize("job_id", ["logs", "lock", "de", "metrics", "x-add"])
+async def test_a_job_node_added_with_an_id_corral_refuses_is_still_read(
+    queue: AsyncQueue, r: redis.Redis, job_id: str
+) -> None:
+    # Node BullMQ takes these ids; where prefixes do not nest, such a job works.
+    r.hset(f"bull:q:{job_id}", mapping={"name": "n", "data": "{}", "opts": "{}", "timestamp": 1})
+    r.lpush("bull:q:wait", job_id)
+    job = await queue.get_job(job_id)
+    assert job is not None and job.name == "n"
+    assert await queue.get_job_state(job_id) is JobState.WAITING
+    assert await queue.remove(job_id) is True
+    assert not r.exists(f"bull:q:{job_id}")
