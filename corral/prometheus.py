@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from corral._async.queue import COUNTED_STATES
+from corral._async.queue_getters import COUNTED_STATES
 from corral._sync.queue import Queue
 
 try:

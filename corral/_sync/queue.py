@@ -18,7 +18,7 @@ from corral._sync.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRE
 from corral._sync.queue_schedulers import QueueSchedulers
 from corral._keys import DEFAULT_PREFIX
 from corral._supervisor import Outage
-from corral.bounds import MAX_TIMESTAMP_MS, check_text, names_a_job
+from corral.bounds import MAX_TIMESTAMP_MS, check_text
 from corral.clock import now_ms
 from corral.errors import (
     InvalidOptionError,
@@ -26,29 +26,7 @@ from corral.errors import (
     ParentNotFoundError,
     server_error_kind,
 )
-from corral.job import JobState
 from corral.options import JobOptions, JobOptionsDict
-
-#: The states ``get_job_counts()`` reports when none are named, in BullMQ's order.
-COUNTED_STATES = (
-    "active",
-    "completed",
-    "delayed",
-    "failed",
-    "prioritized",
-    "waiting",
-    "waiting-children",
-)
-
-#: State names ``get_job_counts`` takes -> the key suffix that holds them.
-COUNTABLE = {
-    **{state: state for state in COUNTED_STATES},
-    "waiting": "wait",
-    "wait": "wait",
-    "paused": "paused",
-}
-#: States kept in lists (LLEN); the others are sorted sets (ZCARD).
-LIST_STATES = frozenset({"waiting", "wait", "paused", "active"})
 
 #: ``add_bulk`` items: ``(name, data)`` or ``(name, data, options)``.
 BulkItem = tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]
@@ -434,40 +412,6 @@ class Queue(QueueSchedulers):
         except JobNotFoundError:
             return False  # removed by someone else in the meantime
         return True
-
-    def get_job_state(self, job_id: str) -> JobState:
-        """The state of a job (``JobState.UNKNOWN`` when there is no such job)."""
-        if not names_a_job(job_id):
-            return JobState.UNKNOWN
-        job = Job(queue_name=self.name, id=job_id, name="", data=None)
-        job.queue = self
-        return job.get_state()
-
-    def get_job_counts(self, *states: str) -> dict[str, int]:
-        """How many jobs are in each state (all of BullMQ's states when none are named).
-
-        Counts are keyed by the names asked for, as in BullMQ: ``"wait"`` and ``"waiting"``
-        both count the wait list; ``"paused"`` counts the legacy paused list (0 in 6.x).
-
-        Raises:
-            InvalidOptionError: an unknown state name.
-        """
-        wanted = list(states) or list(COUNTED_STATES)
-        for state in wanted:
-            if not isinstance(state, str) or state not in COUNTABLE:
-                raise InvalidOptionError(
-                    f"unknown job state {state!r}; known: {', '.join(sorted(COUNTABLE))}"
-                )
-        client = self.client()
-        with client.pipeline(transaction=False) as pipe:
-            for state in wanted:
-                key = self.keys.key(COUNTABLE[state])
-                if state in LIST_STATES:
-                    pipe.llen(key)
-                else:
-                    pipe.zcard(key)
-            counts = pipe.execute()
-        return {state: int(n) for state, n in zip(wanted, counts, strict=True)}
 
     def close(self) -> None:
         """Close the client, unless it was given by the caller. The answers the server kept
