@@ -17,6 +17,7 @@ from collections import deque
 
 from corral import backoff
 from corral.clock import monotonic
+from corral.errors import server_error_kind
 
 #: A resent call's answer is forgotten this much later (seconds), not at once: a first send
 #: still on its way (held up in a proxy's buffer) must find the answer when it lands.
@@ -24,6 +25,12 @@ RESENT_FORGET_DELAY_S = 30.0
 #: The most ``add_retries`` can be: the server keeps answers for 10 minutes after a
 #: producer's last add, and this many retries take far less.
 MAX_ADD_RETRIES = 100
+
+
+def may_resend(exc: BaseException, retries: int, limit: int) -> bool:
+    """Whether an add call that failed with ``exc`` after ``retries`` resends goes again: the
+    error is one to wait out, and fewer than ``limit`` resends were made."""
+    return retries < limit and server_error_kind(exc) == "transient"
 
 
 def add_retry_delay(retry: int) -> float:

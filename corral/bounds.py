@@ -103,7 +103,8 @@ def check_text(
             f"{kind} must be at most {max_length} characters, got {len(value)}"
         )
     try:
-        value.encode("utf-8")
+        if not value.isascii():  # ASCII always encodes; most names are ASCII
+            value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidOptionError(
             f"{kind} must be valid text: {value[exc.start : exc.end]!r} at {exc.start} cannot be "

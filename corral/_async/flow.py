@@ -23,7 +23,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from corral import _flow_chunks, _scripts, options
-from corral._adds import MAX_ADD_RETRIES, add_retry_delay
+from corral._adds import MAX_ADD_RETRIES, add_retry_delay, may_resend
 from corral._async._redis import LazyClient, run_atomically, run_script
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue, external_parents, missing_parent
@@ -31,7 +31,7 @@ from corral._flow_chunks import Chunk, flow_add_error
 from corral._keys import DEFAULT_PREFIX, split_job_key
 from corral._supervisor import Outage
 from corral.clock import now_ms
-from corral.errors import InvalidOptionError, ParentNotFoundError, server_error_kind
+from corral.errors import InvalidOptionError, ParentNotFoundError
 from corral.flow_job import (
     FlowJob,
     FlowNode,
@@ -309,9 +309,7 @@ class AsyncFlowProducer:
                 for (_, q, _), done in zip(nodes, forget, strict=True):
                     q._adds.not_forgotten(done)
                 resendable = all(number != "" for number in numbers)
-                if not resendable or retries >= self.add_retries:
-                    raise
-                if server_error_kind(exc) != "transient":
+                if not resendable or not may_resend(exc, retries, self.add_retries):
                     raise
                 retries += 1
                 self._outage.failed("flow chunk", exc)

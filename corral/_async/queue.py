@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from typing_extensions import Unpack
 
 from corral import _bulk, _codec, _scripts, options
-from corral._adds import MAX_ADD_RETRIES, AddCalls, add_retry_delay
+from corral._adds import MAX_ADD_RETRIES, AddCalls, add_retry_delay, may_resend
 from corral._async.job import AsyncJob
 from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._async.queue_schedulers import AsyncQueueSchedulers
@@ -23,7 +23,6 @@ from corral.errors import (
     InvalidOptionError,
     JobNotFoundError,
     ParentNotFoundError,
-    server_error_kind,
 )
 from corral.options import JobOptions, JobOptionsDict
 
@@ -213,7 +212,7 @@ class AsyncQueue(AsyncQueueSchedulers):
                 reply = await self._run(script, build([calls.producer, number, *done]))
             except Exception as exc:
                 calls.not_forgotten(done)
-                if retries >= self.add_retries or server_error_kind(exc) != "transient":
+                if not may_resend(exc, retries, self.add_retries):
                     if retries:
                         logger.warning(
                             "queue %s: add not sent after %d retries: %s", self.name, retries, exc
@@ -371,7 +370,7 @@ class AsyncQueue(AsyncQueueSchedulers):
                         pipe.exists(key)
                     found = await pipe.execute()
             except Exception as exc:
-                if retries >= self.add_retries or server_error_kind(exc) != "transient":
+                if not may_resend(exc, retries, self.add_retries):
                     raise
                 retries += 1
                 await sleep(add_retry_delay(retries))

@@ -24,7 +24,7 @@ from typing import Any
 from redis import Redis
 
 from corral import _flow_chunks, _scripts, options
-from corral._adds import MAX_ADD_RETRIES, add_retry_delay
+from corral._adds import MAX_ADD_RETRIES, add_retry_delay, may_resend
 from corral._sync._redis import LazyClient, run_atomically, run_script
 from corral._sync.job import Job
 from corral._sync.queue import Queue, external_parents, missing_parent
@@ -32,7 +32,7 @@ from corral._flow_chunks import Chunk, flow_add_error
 from corral._keys import DEFAULT_PREFIX, split_job_key
 from corral._supervisor import Outage
 from corral.clock import now_ms
-from corral.errors import InvalidOptionError, ParentNotFoundError, server_error_kind
+from corral.errors import InvalidOptionError, ParentNotFoundError
 from corral.flow_job import (
     FlowJob,
     FlowNode,
@@ -310,9 +310,7 @@ class FlowProducer:
                 for (_, q, _), done in zip(nodes, forget, strict=True):
                     q._adds.not_forgotten(done)
                 resendable = all(number != "" for number in numbers)
-                if not resendable or retries >= self.add_retries:
-                    raise
-                if server_error_kind(exc) != "transient":
+                if not resendable or not may_resend(exc, retries, self.add_retries):
                     raise
                 retries += 1
                 self._outage.failed("flow chunk", exc)

@@ -12,7 +12,7 @@ from redis import Redis
 from typing_extensions import Unpack
 
 from corral import _bulk, _codec, _scripts, options
-from corral._adds import MAX_ADD_RETRIES, AddCalls, add_retry_delay
+from corral._adds import MAX_ADD_RETRIES, AddCalls, add_retry_delay, may_resend
 from corral._sync.job import Job
 from corral._sync.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._sync.queue_schedulers import QueueSchedulers
@@ -24,7 +24,6 @@ from corral.errors import (
     InvalidOptionError,
     JobNotFoundError,
     ParentNotFoundError,
-    server_error_kind,
 )
 from corral.options import JobOptions, JobOptionsDict
 
@@ -214,7 +213,7 @@ class Queue(QueueSchedulers):
                 reply = self._run(script, build([calls.producer, number, *done]))
             except Exception as exc:
                 calls.not_forgotten(done)
-                if retries >= self.add_retries or server_error_kind(exc) != "transient":
+                if not may_resend(exc, retries, self.add_retries):
                     if retries:
                         logger.warning(
                             "queue %s: add not sent after %d retries: %s", self.name, retries, exc
@@ -372,7 +371,7 @@ class Queue(QueueSchedulers):
                         pipe.exists(key)
                     found = pipe.execute()
             except Exception as exc:
-                if retries >= self.add_retries or server_error_kind(exc) != "transient":
+                if not may_resend(exc, retries, self.add_retries):
                     raise
                 retries += 1
                 sleep(add_retry_delay(retries))
