@@ -60,6 +60,12 @@ class QueueKeys:
     def logs(self, job_id: str) -> str:
         return f"{self.base}:{job_id}:logs"
 
+    def cancel_channel(self) -> str:
+        """The pub/sub channel ``cancel_job.lua`` publishes a cancel of an active job on, and
+        every worker of the queue listens on: ``prefix:name:x-cancel`` (a channel, not a key:
+        it shares no name space with the queue's keys)."""
+        return f"{self.base}:x-cancel"
+
     def script_keys(self) -> list[str]:
         """The queue's keys in the order every script of ``_lua/`` receives them.
 

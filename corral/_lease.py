@@ -9,8 +9,13 @@ processor, and sends the finish. Whatever happens in between ends in a settled j
   close did not cause): failed with a reason that says what, retried per the job's options;
 - the job's data cannot be decoded (Node wrote a lone surrogate, say): failed for good, with
   a reason that says so, and the worker goes on;
-- close cuts it short: an async processor is cancelled and the job put back in wait; a plain
-  function cannot be stopped, so its lease keeps the lock until its thread ends;
+- close cuts it short: an async processor is cancelled (a child process killed) and the job
+  put back in wait; a plain function in a thread cannot be stopped, so its lease keeps the
+  lock until its thread ends;
+- its ``timeout`` passes, or someone cancels it (``queue.cancel``): the processor is stopped
+  where it runs (see ``_runners``) and, once it has ended, the attempt fails with
+  :class:`JobTimeoutError` (retried per the job's options) or :class:`JobCancelledError`
+  (never retried); a job fetched with a cancel request (``x-cancel``) fails without running;
 - a transport error on the finish: the finish is sent again with the same token (the token
   check makes a repeat harmless), while the lock can still be valid; a resend refused because
   the first send did land is recognised as the success it was.
@@ -24,6 +29,7 @@ import asyncio
 import enum
 import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,11 +39,14 @@ from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
 from corral._async.queue_schedulers import schedule_next_iteration
 from corral._finisher import Finisher
+from corral._runners import Control, Runner
 from corral._supervisor import Outage
 from corral.clock import monotonic
 from corral.errors import (
     DelayedError,
+    JobCancelledError,
     JobError,
+    JobTimeoutWarning,
     RateLimitError,
     UnrecoverableError,
     WaitingChildrenError,
@@ -45,6 +54,7 @@ from corral.errors import (
     script_error,
     server_error_kind,
 )
+from corral.options import SOFT_TIMEOUT_KEY, TIMEOUT_KEY
 from corral.retry import RetryPolicy
 
 logger = logging.getLogger("corral.worker")
@@ -71,14 +81,17 @@ class LeaseContext:
     outage: Outage
     policy: RetryPolicy
     lock_s: float
-    #: Runs the processor on the job: awaits an async one, or a plain function in a thread.
-    run_processor: Callable[[AsyncJob], Awaitable[Any]]
+    #: Runs the processor on the job: on the loop, in a thread or in a child process.
+    runner: Runner
     #: Whether a finishing lease should take the slot's next job (not while closing).
     want_next: Callable[[], bool]
     #: The worker's event sink: ``emit(event, *args)``.
     emit: Callable[..., Awaitable[None]]
-    #: Whether processors run in threads (they cannot be cancelled).
-    in_thread: bool
+    #: The worker's ``timeout`` and ``soft_timeout`` (ms, 0: none), for jobs without their own.
+    timeout_ms: int = 0
+    soft_timeout_ms: int = 0
+    #: Told each outcome the server confirmed: "completed", "failed" (for good) or "retry".
+    tally: Callable[[str], None] = lambda outcome: None
 
 
 class Lease:
@@ -87,6 +100,8 @@ class Lease:
 
     __slots__ = (
         "_abandoned",
+        "_cancelled",
+        "_control",
         "_ctx",
         "_cut",
         "_fields",
@@ -113,6 +128,12 @@ class Lease:
         self._abandoned = False
         self._waiting_logged = False
         self._task: asyncio.Task[Any] | None = None
+        self._control = Control()
+        #: A cancel request that came before the processor started.
+        self._cancelled: JobCancelledError | None = None
+        reason = fetched.fields.get("x-cancel")
+        if reason is not None:  # cancelled while it was active elsewhere, or before a retry
+            self._cancelled = cancelled_error(reason)
 
     # -- asked by the renewer and by close --------------------------------------------------
 
@@ -141,7 +162,7 @@ class Lease:
             return
         if self.state is not LeaseState.RUNNING or self._task is None:
             return
-        if self._ctx.in_thread:
+        if not self._ctx.runner.stoppable_on_close:
             if not self._waiting_logged:
                 self._waiting_logged = True
                 logger.warning(
@@ -152,12 +173,24 @@ class Lease:
                 )
             return
         self._cut = True
-        self._task.cancel()
+        self._control.stop(None)
+
+    def cancel(self, reason: str) -> None:
+        """Someone cancelled the job (``queue.cancel``): stop the processor; the attempt fails
+        for good once it has ended. Not started yet: it fails without running."""
+        error = cancelled_error(reason)
+        if self.state is LeaseState.HELD:
+            self._cancelled = self._cancelled or error
+        elif self.state is LeaseState.RUNNING:
+            logger.info(
+                "worker %s: job %s cancelled: stopping it", self._ctx.queue.name, self.job_id
+            )
+            self._control.stop(error)
 
     def abandon(self) -> None:
         """A second signal: stop waiting for a thread that does not end. Its job keeps its
         lock until that expires; then the stalled check gives it to another worker."""
-        if self.state is LeaseState.HELD or not self._ctx.in_thread:
+        if self.state is LeaseState.HELD or self._ctx.runner.stoppable_on_close:
             self.cut_short()
             return
         if self.state is not LeaseState.RUNNING or self._task is None:
@@ -182,6 +215,10 @@ class Lease:
             except (ValueError, TypeError) as exc:
                 return await self._undecodable(exc)
             self.job = job
+            if self._cancelled is not None:
+                self.state = LeaseState.RUNNING
+                values = await self._failed(job, self._cancelled)
+                return await self._finish(job, values, completed=False)
             if self._cut:  # close cut it short before it started
                 await self._put_back(job)
                 return None
@@ -189,27 +226,54 @@ class Lease:
         finally:
             self.state = LeaseState.SETTLED
 
+    def _arm(self, job: AsyncJob) -> None:
+        """Start the job's clocks: its own ``timeout``/``soft_timeout``, else the worker's."""
+        ctx, opts = self._ctx, job.opts
+        hard = opts.get(TIMEOUT_KEY) if job.timeout else ctx.timeout_ms
+        soft = opts.get(SOFT_TIMEOUT_KEY) if job.soft_timeout else ctx.soft_timeout_ms
+        if hard and soft and soft >= hard:
+            soft = 0  # the job's own timeout is shorter than the worker's soft one
+        now = time.time()
+        job.deadline = now + hard / 1000 if hard else None
+        job.soft_deadline = now + soft / 1000 if soft else None
+        self._control.arm(int(hard or 0), int(soft or 0))
+
     async def _process(self, job: AsyncJob) -> _scripts.Fetched | None:
         ctx = self._ctx
+        control = self._control
         self.state = LeaseState.RUNNING
         result: Any = None
         try:
             await ctx.emit("active", job)
             if job.repeat_job_key:  # a scheduler's iteration: create the next one now
                 await self._retrying("schedule", lambda: schedule_next_iteration(job.queue, job))
-            result = await ctx.run_processor(job)
+            self._arm(job)
+            try:
+                result = await ctx.runner.run(job, self._fields, control)
+            finally:
+                control.detach()
+                for _ in range(control.cancels if self._task is not None else 0):
+                    _uncancel(self._task)  # the runner's cancels are handled here
+            if control.final and control.error is not None:
+                raise control.error  # it returned as it was stopped: the stop decides
             values = job.completion(result, self.token)  # refuses a value JSON cannot carry
         except asyncio.CancelledError:
-            if self._cut or self._abandoned:
-                _uncancel(self._task)
+            if control.final and control.error is not None:
+                values = await self._failed(job, control.error)
+            elif self._cut or self._abandoned:
+                if not control.cancels:
+                    _uncancel(self._task)
                 if not self._abandoned:
                     await self._put_back(job)
                 return None
-            error: BaseException = ProcessorCancelled(
-                "the processor raised CancelledError (it awaited something that was "
-                "cancelled); the worker did not cancel it"
-            )
-            values = await self._failed(job, error)
+            elif isinstance(control.error, JobTimeoutWarning):
+                values = await self._failed(job, control.error)  # the soft timeout's cancel
+            else:
+                error: BaseException = ProcessorCancelled(
+                    "the processor raised CancelledError (it awaited something that was "
+                    "cancelled); the worker did not cancel it"
+                )
+                values = await self._failed(job, error)
         except (DelayedError, WaitingError, WaitingChildrenError) as exc:
             return await self._moved_by_processor(job, exc)
         except RateLimitError:
@@ -220,7 +284,15 @@ class Lease:
                 exc = TypeError(f"return value is not JSON serializable: {exc}")
             values = await self._failed(job, exc)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt: the job's, not ours
-            values = await self._failed(job, exc)
+            raised: BaseException = exc
+            if control.final and control.error is not None:
+                raised = control.error  # whatever it raised on its way out, it was stopped
+            elif control.cut and self._ctx.runner.stoppable_on_close:
+                await self._put_back(job)  # a child process killed by close
+                return None
+            elif isinstance(exc, JobTimeoutWarning) and control.error is not None:
+                raised = control.error  # the bare class raised in its thread: the message
+            values = await self._failed(job, raised)
         else:
             return await self._finish(job, values, completed=True, result=result)
         return await self._finish(job, values, completed=False)
@@ -306,6 +378,7 @@ class Lease:
             logger.warning("worker %s: job %s not finished: %s", ctx.queue.name, job.id, err)
             await ctx.emit("lock_lost", job.id)
         else:
+            ctx.tally(values[2])
             job.attempts_made = code
             if completed:
                 job.returnvalue = result
@@ -377,6 +450,11 @@ class Lease:
         )
         values = await self._failed(job, error)
         return await self._finish(job, values, completed=False)
+
+
+def cancelled_error(reason: str) -> JobCancelledError:
+    """The failure of a cancelled job; its text is the one cancel_job.lua stores."""
+    return JobCancelledError(f"cancelled: {reason}" if reason else "cancelled")
 
 
 def _text(value: str | bytes | None) -> str | None:

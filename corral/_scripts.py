@@ -59,6 +59,8 @@ EXTEND_LOCKS = load("extend_locks")
 CHECK_STALLED = load("check_stalled")
 FINISH_JOBS = load("finish_jobs")
 RELEASE_FETCHED = load("release_fetched")
+#: Remote cancel (queue.cancel); workers hear of an active job's on QueueKeys.cancel_channel.
+CANCEL_JOB = load("cancel_job")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
-import sys
 from typing import Any
 
 import click
@@ -72,33 +70,25 @@ def server_status(data_dir: str | None) -> None:
 
 
 def _import_processor(spec: str) -> Any:
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise click.BadParameter(f"expected module:function, got {spec!r}", param_hint="PROCESSOR")
-    # Like `python -m` and uvicorn: modules in the current directory are importable.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    from corral._imports import import_processor
+    from corral.errors import ProcessorImportError
+
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.BadParameter(
-            f"cannot import {module_name!r}: {exc}", param_hint="PROCESSOR"
-        ) from None
-    try:
-        processor = getattr(module, attr)
-    except AttributeError:
-        raise click.BadParameter(
-            f"module {module_name!r} has no attribute {attr!r}", param_hint="PROCESSOR"
-        ) from None
-    if not callable(processor):
-        raise click.BadParameter(f"{spec!r} is not callable", param_hint="PROCESSOR")
-    return processor
+        return import_processor(spec)
+    except ProcessorImportError as exc:
+        raise click.BadParameter(str(exc), param_hint="PROCESSOR") from None
 
 
 @main.command("worker")
 @click.argument("processor")
 @click.option("--queue", "-q", "queue_name", required=True, help="Queue to work on.")
-@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--concurrency",
+    "-c",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Jobs at once [default: --processes, or 1].",
+)
 @click.option("--name", default=None, help="Worker name, stored on jobs as processedBy.")
 @click.option(
     "--url",
@@ -106,28 +96,95 @@ def _import_processor(spec: str) -> Any:
     help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
 )
 @click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
+@click.option(
+    "--processes",
+    "-p",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Run PROCESSOR in this many child processes.",
+)
+@click.option(
+    "--max-memory-mb", type=click.IntRange(min=1), default=None, help="Per child process."
+)
+@click.option(
+    "--max-jobs-per-child",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replace a child process after this many jobs.",
+)
+@click.option("--timeout", type=float, default=None, help="Seconds an attempt may run.")
+@click.option("--soft-timeout", type=float, default=None, help="Seconds before a warning.")
+@click.option(
+    "--burst", is_flag=True, help="Exit once the queue is drained (nothing waiting or due)."
+)
+@click.option(
+    "--burst-wait",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="With --burst: wait for delayed jobs due within this many seconds.",
+)
+@click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Exit after N jobs.")
+@click.option("--max-time", type=float, default=None, help="Exit after this many seconds.")
+@click.option(
+    "--fail-on-job-failure",
+    is_flag=True,
+    help="Exit with status 1 when a job failed for good during the run.",
+)
 def worker_command(
     processor: str,
     queue_name: str,
-    concurrency: int,
+    concurrency: int | None,
     name: str | None,
     url: str | None,
     prefix: str,
+    processes: int | None,
+    max_memory_mb: int | None,
+    max_jobs_per_child: int | None,
+    timeout: float | None,
+    soft_timeout: float | None,
+    burst: bool,
+    burst_wait: float,
+    max_jobs: int | None,
+    max_time: float | None,
+    fail_on_job_failure: bool,
 ) -> None:
-    """Run PROCESSOR (module:function) on the jobs of a queue until SIGINT or SIGTERM."""
+    """Run PROCESSOR (module:function) on the jobs of a queue until SIGINT or SIGTERM (or,
+    with --burst, --max-jobs or --max-time, until the run is over)."""
     from corral.errors import CorralError
     from corral.worker import Worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    func = _import_processor(processor)
+    _import_processor(processor)  # a bad one is a usage error, named as such
     try:
         worker = Worker(
-            queue_name, func, connection=url, prefix=prefix, concurrency=concurrency, name=name
+            queue_name,
+            processor,
+            connection=url,
+            prefix=prefix,
+            concurrency=concurrency,
+            name=name,
+            processes=processes,
+            max_memory_mb=max_memory_mb,
+            max_jobs_per_child=max_jobs_per_child,
+            timeout=timeout,
+            soft_timeout=soft_timeout,
         )
-        click.echo(f"corral worker: queue={queue_name} concurrency={concurrency} pid={os.getpid()}")
-        worker.run()
+        click.echo(
+            f"corral worker: queue={queue_name} concurrency={worker.concurrency} "
+            f"processes={processes or 0} pid={os.getpid()}"
+        )
+        summary = worker.run(
+            burst=burst, burst_wait=burst_wait, max_jobs=max_jobs, max_time=max_time
+        )
     except CorralError as exc:
         raise click.ClickException(str(exc)) from None
+    click.echo(
+        f"corral worker: {summary.stopped}: {summary.completed} completed, "
+        f"{summary.failed} failed, {summary.retried} retried"
+    )
+    if fail_on_job_failure and summary.failed:
+        raise SystemExit(1)
 
 
 @main.command("demo")
@@ -238,6 +295,41 @@ def enqueue_command(
     finally:
         queue_logger.setLevel(level)
     click.echo(job.id)
+
+
+@main.command("cancel")
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("job_id")
+@click.option("--reason", default="", help="Why (kept as failedReason: 'cancelled: <reason>').")
+@click.option(
+    "--url",
+    default=None,
+    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
+)
+@click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
+def cancel_command(queue_name: str, job_id: str, reason: str, url: str | None, prefix: str) -> None:
+    """Cancel job JOB_ID of QUEUE: it fails for good, or its worker is told to stop it.
+
+    Exit status 0 when the job was cancelled (or its worker asked to stop it); 1 with a
+    one-line error for an unknown or finished job, bad input or an unreachable server.
+    """
+    import redis
+
+    from corral._sync.queue import Queue
+    from corral.errors import CorralError
+    from corral.job import JobState
+
+    try:
+        with Queue(queue_name, connection=url, prefix=prefix) as queue:
+            state = queue.cancel(job_id, reason)
+    except CorralError as exc:
+        raise click.ClickException(str(exc)) from None
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise click.ClickException(f"cannot reach the server: {exc}") from None
+    if state is JobState.ACTIVE:
+        click.echo(f"cancelling {job_id} (active: its worker stops it)")
+    else:
+        click.echo(f"cancelled {job_id}")
 
 
 if __name__ == "__main__":

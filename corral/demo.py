@@ -127,7 +127,7 @@ def _render(counts: dict[str, int], total: int, retries: int, elapsed: float) ->
 
 
 async def _watch(
-    queue: AsyncQueue, total: int, worker_task: asyncio.Task[None], stats: _Stats, con: Console
+    queue: AsyncQueue, total: int, worker_task: asyncio.Task[Any], stats: _Stats, con: Console
 ) -> float:
     """Poll the server's counts until every job is finished; return the elapsed seconds."""
     start = time.monotonic()
@@ -214,7 +214,7 @@ async def _run(url: str, jobs: int, concurrency: int, seed: int, con: Console) -
     worker = Worker(
         QUEUE, _processor(plans, stats), connection=url, concurrency=concurrency, name="demo"
     )
-    worker_task: asyncio.Task[None] | None = None
+    worker_task: asyncio.Task[Any] | None = None
     try:
         t0 = time.monotonic()
         for i in range(jobs):

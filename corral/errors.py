@@ -14,6 +14,7 @@
     │   ├── JobStateError         the job is not in a state that allows this (code -4)
     │   ├── JobLockedError        the job is active (locked) and cannot be changed (code -5)
     │   ├── JobFailedError        wait_until_finished: the job failed (.failed_reason)
+    │   ├── JobFinishedError      (also JobStateError) cancel: the job already ended (code -9)
     │   └── LockMismatchError     the lock is held by another token (code -6)
     ├── QueueBusyError            the queue has active jobs (obliterate without force)
     ├── ServerReplyError          (also redis ResponseError) the server refused a call for a
@@ -24,7 +25,14 @@
     ├── DelayedError              raised by job code after ``move_to_delayed``
     ├── WaitingError              raised by job code after ``move_to_wait``
     ├── WaitingChildrenError      raised by job code after ``move_to_waiting_children``
+    ├── JobTimeoutError           an attempt ran past its ``timeout`` (retried per attempts)
+    ├── JobTimeoutWarning         raised in sync job code at its ``soft_timeout``
+    ├── ProcessorImportError      (also ConfigurationError) ``module:function`` cannot be imported
+    ├── ChildProcessDied          the child process running an attempt died (.how)
+    ├── MemoryLimitError          a child process went over ``max_memory_mb``
+    ├── ChildJobError             a processor in a child process raised (.type_name)
     └── UnrecoverableError        raised by job code: fail now, never retry
+        └── JobCancelledError     the job was cancelled (``cancel()``): failed, never retried
 
 redis-py's own errors (``ConnectionError``, ``TimeoutError``...) pass through unchanged;
 :func:`server_error_kind` tells which of them are worth waiting out.
@@ -54,6 +62,12 @@ class InvalidOptionError(CorralError, ValueError):
     """An option or argument was refused before anything was written."""
 
 
+class ProcessorImportError(ConfigurationError):
+    """A processor given as ``"package.module:function"`` cannot be imported (the message
+    names the module and the import error), or a callable given with ``processes=`` cannot
+    be imported by name in a child process (a lambda, a closure)."""
+
+
 class ServerReplyError(CorralError, redis_errors.ResponseError):
     """The server refused a call, for a reason waiting will not fix: a key holds another type
     than the queue's layout says (``WRONGTYPE``: data written by something else), or a script
@@ -62,6 +76,47 @@ class ServerReplyError(CorralError, redis_errors.ResponseError):
 
 class UnrecoverableError(CorralError):
     """Raise from a processor to fail the job at once, skipping remaining attempts."""
+
+
+class JobCancelledError(UnrecoverableError):
+    """The job was cancelled with ``queue.cancel()`` / ``job.cancel()``: it fails for good with
+    ``failedReason`` "cancelled: <reason>". A processor running it is stopped."""
+
+
+class JobTimeoutError(CorralError):
+    """An attempt ran past its ``timeout``: the processor was stopped and the attempt fails
+    with ``failedReason`` "timed out after N s"; it is retried per ``attempts``."""
+
+
+class JobTimeoutWarning(CorralError):
+    """The job's ``soft_timeout`` passed: raised inside a plain function (in its thread or
+    child process) so that it can clean up before the hard ``timeout``. Async processors are
+    cancelled instead; ``job.soft_timed_out`` tells either kind."""
+
+
+class ChildProcessDied(CorralError):
+    """The child process running the attempt died (a segfault, ``os._exit``, killed by a
+    signal or the out-of-memory killer); ``how`` says how. The pool replaces the child."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__(f"the child process running the job {how}")
+        self.how = how
+
+
+class MemoryLimitError(CorralError):
+    """A child process used more memory than the worker's ``max_memory_mb``: it was killed
+    and the attempt fails (retried per ``attempts``)."""
+
+
+class ChildJobError(CorralError):
+    """A processor running in a child process raised: ``type_name`` is the qualified name of
+    what it raised, ``remote_traceback`` the traceback text from the child (the job's
+    stacktrace gets that one). ``str()`` is the child's message, as ``failedReason``."""
+
+    def __init__(self, message: str, *, type_name: str, remote_traceback: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.remote_traceback = remote_traceback
 
 
 class QueueBusyError(CorralError):
@@ -125,6 +180,10 @@ class JobStateError(JobError):
     """The job is not in a state that allows the operation."""
 
 
+class JobFinishedError(JobStateError):
+    """The job already completed or failed, so it cannot be cancelled."""
+
+
 class JobLockedError(JobError):
     """The job is active (locked by a worker) and cannot be changed or removed."""
 
@@ -147,6 +206,7 @@ SCRIPT_ERRORS: dict[int, tuple[type[JobError], str]] = {
         "job {job_id} in queue {queue} is the pending iteration of a job scheduler: "
         "remove the scheduler instead",
     ),
+    -9: (JobFinishedError, "job {job_id} in queue {queue} has already finished"),
 }
 
 

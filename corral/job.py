@@ -7,12 +7,14 @@ that act on a job through its queue.
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from typing_extensions import Self
 
 from corral import _codec
+from corral.options import SOFT_TIMEOUT_KEY, TIMEOUT_KEY
 
 
 class JobState(str, enum.Enum):
@@ -87,6 +89,12 @@ class JobRecord:
     #: The id of the job scheduler that made this job (hash field ``rjk``), if one did.
     repeat_job_key: str | None = None
     token: str | None = None
+    #: While a worker runs the job: when its ``timeout`` stops it (epoch seconds), or ``None``.
+    deadline: float | None = None
+    #: While a worker runs the job: when its ``soft_timeout`` warns it (epoch seconds).
+    soft_deadline: float | None = None
+    #: Set by the worker once the soft timeout passed (sync code can poll it).
+    soft_timed_out: bool = False
 
     @classmethod
     def from_hash(
@@ -122,6 +130,24 @@ class JobRecord:
             v[18],
             token,
         )
+
+    @property
+    def timeout(self) -> float | None:
+        """The job's ``timeout`` option in seconds (``None``: none of its own)."""
+        ms = self.opts.get(TIMEOUT_KEY)
+        return ms / 1000 if isinstance(ms, (int, float)) and ms > 0 else None
+
+    @property
+    def soft_timeout(self) -> float | None:
+        """The job's ``soft_timeout`` option in seconds (``None``: none of its own)."""
+        ms = self.opts.get(SOFT_TIMEOUT_KEY)
+        return ms / 1000 if isinstance(ms, (int, float)) and ms > 0 else None
+
+    def time_left(self) -> float | None:
+        """Seconds until the worker stops this attempt (``None``: no timeout)."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.time())
 
     @property
     def max_attempts(self) -> int:

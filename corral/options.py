@@ -60,6 +60,31 @@ def duration_ms(option: str, value: Duration) -> int:
     return round(seconds * 1000)
 
 
+def positive_ms(option: str, value: Duration) -> int:
+    """A duration that must be more than 0 (a timeout, a lock), in whole milliseconds."""
+    ms = duration_ms(option, value)
+    if ms <= 0:
+        raise InvalidOptionError(f"{option} must be more than 0, got {value!r}")
+    return ms
+
+
+#: Where ``opts`` JSON keeps a job's timeouts (ms): keys BullMQ never reads, so a Node worker
+#: runs such a job as any other.
+TIMEOUT_KEY = "x-timeout"
+SOFT_TIMEOUT_KEY = "x-soft-timeout"
+
+
+def timeouts(timeout: Duration | None, soft_timeout: Duration | None) -> tuple[int, int]:
+    """``timeout`` and ``soft_timeout`` in ms (0: none); the soft one must come first."""
+    hard = 0 if timeout is None else positive_ms("timeout", timeout)
+    soft = 0 if soft_timeout is None else positive_ms("soft_timeout", soft_timeout)
+    if hard and soft >= hard:
+        raise InvalidOptionError(
+            f"soft_timeout must be less than timeout, got {soft_timeout!r} >= {timeout!r}"
+        )
+    return hard, soft
+
+
 def check_name(kind: str, name: str, *, colon: bool = True) -> str:
     """A name (queue, job...): non-empty text of at most 1024 characters."""
     return check_text(kind, name, colon=colon)
@@ -255,6 +280,8 @@ class JobOptionsDict(TypedDict, total=False):
     deduplication: Dedup | dict[str, Any]
     idempotency_key: str
     idempotency_window: Duration
+    timeout: Duration
+    soft_timeout: Duration
 
 
 OPTION_NAMES = frozenset(JobOptionsDict.__annotations__)
@@ -282,6 +309,9 @@ class JobOptions:
     dedup: DedupSpec | None = None
     idempotency_key: str = ""
     idempotency_window_ms: int = 0
+    #: The attempt's time limit and its soft warning, in ms (0: none).
+    timeout_ms: int = 0
+    soft_timeout_ms: int = 0
 
     @classmethod
     def build(
@@ -311,6 +341,7 @@ class JobOptions:
         idem_key, idem_ms = check_idempotency(
             get("idempotency_key"), get("idempotency_window"), duration_ms
         )
+        timeout_ms, soft_timeout_ms = timeouts(get("timeout"), get("soft_timeout"))
         return cls(
             job_id=None if get("job_id") is None else check_job_id(o["job_id"]),
             delay_ms=0 if get("delay") is None else duration_ms("delay", o["delay"]),
@@ -345,6 +376,8 @@ class JobOptions:
             else check_dedup(o["deduplication"], duration_ms),
             idempotency_key=idem_key,
             idempotency_window_ms=idem_ms,
+            timeout_ms=timeout_ms,
+            soft_timeout_ms=soft_timeout_ms,
         )
 
     @property
@@ -401,6 +434,10 @@ class JobOptions:
             opts[self.failure_policy] = True
         if self.dedup is not None:
             opts["de"] = self.dedup.to_opts()  # BullMQ's short name of deduplication
+        if self.timeout_ms:
+            opts[TIMEOUT_KEY] = self.timeout_ms
+        if self.soft_timeout_ms:
+            opts[SOFT_TIMEOUT_KEY] = self.soft_timeout_ms
         return opts
 
     def dedup_args(self) -> list[Any]:

@@ -20,6 +20,7 @@ import functools
 import inspect
 import logging
 import signal
+import threading
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
@@ -33,10 +34,14 @@ from corral._async.job import AsyncJob
 from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._async.queue import AsyncQueue
 from corral._async.queue_schedulers import schedule_next_iteration
+from corral._burst import RunLimits, RunSummary, StopReason
+from corral._cancels import CancelListener
 from corral._finisher import Finisher
+from corral._imports import ProcessOptions, import_processor
 from corral._keys import DEFAULT_PREFIX
 from corral._lease import Lease, LeaseContext
 from corral._listeners import Callback, Listeners
+from corral._runners import AsyncRunner, ProcessRunner, Runner, ThreadRunner
 from corral._supervisor import Outage, Supervisor
 from corral._sync.job import Job
 from corral._sync.queue import Queue
@@ -83,13 +88,6 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(main)
 
 
-def _positive_ms(option: str, value: Duration) -> int:
-    ms = options.duration_ms(option, value)
-    if ms <= 0:
-        raise InvalidOptionError(f"{option} must be more than 0, got {value!r}")
-    return ms
-
-
 class Worker:
     """Processes jobs of one queue.
 
@@ -117,6 +115,16 @@ class Worker:
             kept until its thread ends; a second signal exits at once).
         metrics_max_data_points: record BullMQ's per-minute completed/failed counts, keeping
             this many minutes (0: no metrics; BullMQ's ``metrics.maxDataPoints``).
+        timeout / soft_timeout: seconds an attempt may run (for jobs without a ``timeout``
+            of their own): at ``soft_timeout`` the processor is warned, at ``timeout`` it is
+            stopped and the attempt fails with "timed out after N s" (see
+            docs/timeouts-cancel.md).
+        processes: run the processor in this many child processes (it must be importable:
+            ``"package.module:function"`` or a module-level function); ``concurrency``
+            defaults to it. See docs/processes.md.
+        max_memory_mb / max_jobs_per_child: with ``processes``: kill a child that uses more
+            memory (the attempt fails with "memory limit"), and replace a child after this
+            many jobs.
         max_progress_bytes / max_log_line_bytes: the largest progress and log line the jobs'
             ``update_progress`` and ``log`` store (64 KiB each by default; see ``Queue``).
 
@@ -131,11 +139,11 @@ class Worker:
     def __init__(
         self,
         queue_name: str,
-        processor: Processor | None,
+        processor: Processor | str | None,
         *,
         connection: str | Redis | None = None,
         prefix: str = DEFAULT_PREFIX,
-        concurrency: int = 1,
+        concurrency: int | None = None,
         name: str | None = None,
         lock_duration: Duration = 30.0,
         stalled_interval: Duration = 30.0,
@@ -149,20 +157,34 @@ class Worker:
         metrics_max_data_points: int = 0,
         max_progress_bytes: int = DEFAULT_MAX_PROGRESS_BYTES,
         max_log_line_bytes: int = DEFAULT_MAX_LOG_LINE_BYTES,
+        timeout: Duration | None = None,
+        soft_timeout: Duration | None = None,
+        processes: int | None = None,
+        max_memory_mb: int | None = None,
+        max_jobs_per_child: int | None = None,
         strict: bool = False,
     ) -> None:
         options.check_name("queue name", queue_name, colon=False)
+        spec = None
+        if isinstance(processor, str):
+            spec, processor = processor, import_processor(processor)
         if processor is not None and not callable(processor):
             raise InvalidOptionError(f"processor must be callable, got {processor!r}")
         self.queue_name = queue_name
         self.processor = processor
+        self._timeout_ms, self._soft_timeout_ms = options.timeouts(timeout, soft_timeout)
+        self._processes = ProcessOptions.build(
+            processor, spec, processes, max_memory_mb, max_jobs_per_child
+        )
+        if concurrency is None:
+            concurrency = self._processes.size if self._processes else 1
         self._concurrency = options.int_option("concurrency", concurrency, 1)
         self.name = "" if name is None else check_text("worker name", name, word=True)
         self.prefix = options.check_prefix(prefix)
-        self._lock_ms = _positive_ms("lock_duration", lock_duration)
-        self._stalled_ms = _positive_ms("stalled_interval", stalled_interval)
+        self._lock_ms = options.positive_ms("lock_duration", lock_duration)
+        self._stalled_ms = options.positive_ms("stalled_interval", stalled_interval)
         self._max_stalled = options.int_option("max_stalled_count", max_stalled_count, 0)
-        self._drain_delay = _positive_ms("drain_delay", drain_delay) / 1000
+        self._drain_delay = options.positive_ms("drain_delay", drain_delay) / 1000
         self._limit_max, self._limit_ms = options.limiter(limiter)
         if backoff_strategies is not None and not isinstance(backoff_strategies, Mapping):
             raise InvalidOptionError(
@@ -212,6 +234,11 @@ class Worker:
         self._block_task: asyncio.Task[Any] | None = None
         self._ctx: LeaseContext | None = None
         self._drained = True
+        self._limits = RunLimits()
+        self._stop_reason: StopReason = "closed"
+        self._process_pool: Any = None
+        self._cancels: CancelListener | None = None
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- settings and events -------------------------------------------------------------
 
@@ -240,8 +267,21 @@ class Worker:
 
     # -- running -------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(
+        self,
+        *,
+        burst: bool = False,
+        burst_wait: Duration = 0,
+        max_jobs: int | None = None,
+        max_time: Duration | None = None,
+    ) -> RunSummary:
         """Run until SIGINT or SIGTERM, then close gracefully (a blocking call).
+
+        ``burst=True`` ends the run once nothing is waiting or running and no delayed job is
+        due within ``burst_wait`` seconds; ``max_jobs`` ends it after taking that many jobs,
+        ``max_time`` after that many seconds (then it closes as on a signal). Returns what
+        the run did (:class:`RunSummary`: completed, failed for good, retried, and why it
+        stopped).
 
         The first signal stops fetching and gives running jobs ``close_grace`` seconds; then
         async jobs are cancelled and put back in wait, and jobs of plain functions are waited
@@ -252,9 +292,12 @@ class Worker:
             ConfigurationError: the server refused the worker's settings (a wrong password,
                 a missing permission); the message is one line.
         """
-        run_event_loop(self._run_with_signals())
+        limits = RunLimits.build(
+            burst=burst, burst_wait=burst_wait, max_jobs=max_jobs, max_time=max_time
+        )
+        return run_event_loop(self._run_with_signals(limits))
 
-    async def _run_with_signals(self) -> None:
+    async def _run_with_signals(self, limits: RunLimits) -> RunSummary:
         loop = asyncio.get_running_loop()
         signals = 0
         closing: set[asyncio.Task[None]] = set()
@@ -275,12 +318,16 @@ class Worker:
             else:
                 self._exit_now()
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        # Signals reach only the main thread: a serverless runtime may call its handler (and
+        # so run()) in another one, where the run ends by its bounds or close() instead.
+        signals_here = threading.current_thread() is threading.main_thread()
+        handled = (signal.SIGINT, signal.SIGTERM) if signals_here else ()
+        for sig in handled:
             loop.add_signal_handler(sig, on_signal)
         try:
-            await self.run_async()
+            return await self._run(limits)
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in handled:
                 loop.remove_signal_handler(sig)
 
     async def close(self, *, grace: float | None = None) -> None:
@@ -356,16 +403,33 @@ class Worker:
         # connection times out after a quarter, which leaves a quarter to send it again.
         return float(timeout or min(DEFAULT_REPLY_TIMEOUT_S, max(1.0, self._lock_ms / 4000)))
 
-    async def run_async(self) -> None:
-        """Process jobs until :meth:`close` is called.
+    async def run_async(
+        self,
+        *,
+        burst: bool = False,
+        burst_wait: Duration = 0,
+        max_jobs: int | None = None,
+        max_time: Duration | None = None,
+    ) -> RunSummary:
+        """Process jobs until :meth:`close` is called, or a bound of the run is reached
+        (the arguments are :meth:`run`'s).
 
         Raises:
             ConfigurationError: the server refused the worker's settings (see :meth:`run`).
+            ProcessorImportError: a child process could not import the processor.
         """
+        limits = RunLimits.build(
+            burst=burst, burst_wait=burst_wait, max_jobs=max_jobs, max_time=max_time
+        )
+        return await self._run(limits)
+
+    async def _run(self, limits: RunLimits) -> RunSummary:
         if self.processor is None:
             raise InvalidOptionError("this worker has no processor: use get_next_job()")
         self._stopped.clear()
         self._running = True
+        self._limits = limits
+        self._stop_reason = "closed"
         supervisor = self._supervisor = Supervisor(self._outage, self._emit)
         try:
             queue = await self._open()
@@ -379,6 +443,15 @@ class Worker:
             self._stopped.set()
         if supervisor.fatal is not None:
             raise supervisor.fatal
+        return limits.summary(self._stop_reason)
+
+    def _end_run(self, reason: StopReason) -> None:
+        """A bound of the run was reached: stop fetching; running jobs finish."""
+        if not self._closing:
+            logger.info("worker %s: run over (%s)", self.queue_name, reason)
+            self._stop_reason = reason
+            self._closing = True
+            self._slot_freed.set()
 
     async def _work(self, queue: AsyncQueue, supervisor: Supervisor) -> None:
         client = await queue.client()
@@ -388,38 +461,84 @@ class Worker:
         self._blocking = _twins.blocking_twin(
             client, read_timeout=read, client_name=self._client_name
         )
-        if not self._is_async:
-            self._pool = DaemonThreadPool(max(32, self._concurrency))
-            self._sync_queue = Queue(
-                self.queue_name,
-                connection=_twins.sync_twin(client),
-                prefix=self.prefix,
-                max_progress_bytes=self._max_progress_bytes,
-                max_log_line_bytes=self._max_log_line_bytes,
-            )
+        runner = await self._runner(client)
         self._ctx = LeaseContext(
             queue=queue,
             finisher=Finisher(queue, self._fetch, self._fetch_lost),
             outage=self._outage,
             policy=self._policy,
             lock_s=self._lock_ms / 1000,
-            run_processor=self._run_processor,
+            runner=runner,
             want_next=self._want_next,
             emit=self._emit,
-            in_thread=not self._is_async,
+            timeout_ms=self._timeout_ms,
+            soft_timeout_ms=self._soft_timeout_ms,
+            tally=self._limits.tally,
         )
         supervisor.on_fatal(self._exit_now)
         renewer = _upkeep.LockRenewer(queue, self._leases.values, self._lock_ms)
         checker = _upkeep.StallChecker(queue, self._stalled_ms, self._emit)
+        # Its own connection: a subscribed connection can do nothing else.
+        listen = _twins.blocking_twin(client, read_timeout=read, client_name="")
+        self._cancels = CancelListener(queue, listen, self._leases.values)
+        supervisor.start("cancel", self._cancels.step)
         supervisor.start("renew", renewer.step)
         supervisor.start("stalled", checker.step)
         supervisor.start("fetch", self._fetch_step)
-        await supervisor.join_one("fetch")
+        budget = self._limits.time_left()
+        timer = None
+        if budget is not None:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(max(0.0, budget), self._out_of_time)
+        try:
+            await supervisor.join_one("fetch")
+        finally:
+            if timer is not None:
+                timer.cancel()
         while self._slots:  # every lease settles (a slot may start its next job meanwhile)
             await asyncio.gather(*self._slots, return_exceptions=True)
         if self._lost_fetches and supervisor.fatal is None:
             with contextlib.suppress(Exception):
                 await self._release_lost_fetches()
+
+    async def _runner(self, client: Redis) -> Runner:
+        """Where the processor runs: on the loop, in threads, or in child processes."""
+        assert self.processor is not None
+        loop = asyncio.get_running_loop()
+        if self._processes is not None:
+            from corral._processes import ProcessPool  # only workers with processes= need it
+
+            p = self._processes
+            pool = self._process_pool = ProcessPool(
+                p.spec,
+                p.size,
+                max_memory_mb=p.max_memory_mb,
+                max_jobs_per_child=p.max_jobs_per_child,
+            )
+            await pool.start()
+            return ProcessRunner(pool, self._progress)
+        if self._is_async:
+            return AsyncRunner(self.processor, self._progress)
+        self._pool = DaemonThreadPool(max(32, self._concurrency))
+        self._sync_queue = Queue(
+            self.queue_name,
+            connection=_twins.sync_twin(client),
+            prefix=self.prefix,
+            max_progress_bytes=self._max_progress_bytes,
+            max_log_line_bytes=self._max_log_line_bytes,
+        )
+        on_progress = functools.partial(self._progress_from_thread, loop)
+        return ThreadRunner(self.processor, self._pool, self._sync_queue, on_progress)
+
+    def _out_of_time(self) -> None:
+        """``max_time`` is over: close as a signal does (running jobs get ``close_grace``)."""
+        if self._closing:
+            return
+        self._stop_reason = "max_time"
+        logger.info("worker %s: run over (max_time)", self.queue_name)
+        task = asyncio.ensure_future(self.close(grace=self.close_grace))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     @property
     def _client_name(self) -> str:
@@ -428,6 +547,13 @@ class Worker:
         return f"{base}:w:{self.name}" if self.name else base
 
     async def _release(self) -> None:
+        if self._cancels is not None:
+            await self._cancels.close()
+            await _twins.close_async(self._cancels._client)
+            self._cancels = None
+        if self._process_pool is not None:
+            await self._process_pool.close()
+            self._process_pool = None
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
@@ -488,7 +614,11 @@ class Worker:
 
     def _want_next(self) -> bool:
         # Asked by a finishing lease, itself still counted among the leases.
-        return not self._closing and len(self._leases) <= self._concurrency
+        return (
+            not self._closing
+            and len(self._leases) <= self._concurrency
+            and self._limits.room(1) > 0
+        )
 
     async def _fetch_step(self) -> float:
         """One round of fetching: take jobs for the free slots, or wait for work."""
@@ -496,8 +626,11 @@ class Worker:
             return -1
         if self._lost_fetches:
             await self._release_lost_fetches()
-        free = self._concurrency - len(self._leases)
+        free = self._limits.room(self._concurrency - len(self._leases))
         if free <= 0:
+            if not self._leases and not self._limits.room(1):
+                self._end_run("max_jobs")
+                return -1
             self._slot_freed.clear()
             await self._slot_freed.wait()
             return 0
@@ -517,6 +650,15 @@ class Worker:
         if not self._drained and not self._leases:
             self._drained = True
             await self._emit("drained")
+        if self._limits.burst and wake >= 0:
+            due_in = wake - now_ms() if wake else None
+            if self._leases and (due_in is None or due_in > self._drain_delay * 1000):
+                # Running jobs may add work (a retry, a child): look again when one ends.
+                await self._sleep_unless_closing(self._drain_delay)
+                return 0
+            if not self._leases and (due_in is None or due_in > self._limits.burst_wait_ms):
+                self._end_run("drained")
+                return -1
         await self._wait_for_work(wake)
         return 0
 
@@ -608,6 +750,7 @@ class Worker:
         # Counted at once, before its task runs: the fetch loop sizes fetches by the leases.
         assert self._ctx is not None
         lease = self._leases[fetched.token] = Lease(fetched, self._ctx)
+        self._limits.taken += 1
         return lease
 
     def _slot_done(self, task: asyncio.Task[None]) -> None:
@@ -627,8 +770,9 @@ class Worker:
             lease = None
             if fetched is None:
                 break
-            if self._closing or len(self._leases) >= self._concurrency:
-                # Taken while close began or concurrency dropped: back to wait, unstarted.
+            if self._closing or len(self._leases) >= self._concurrency or not self._limits.room(1):
+                # Taken while close began, concurrency dropped or the run's max_jobs was
+                # reached: back to wait, unstarted.
                 self._fetch_lost(int(fetched.token.rpartition(":")[2]), 1)
                 if self._closing:
                     await self._give_back_now()
@@ -646,20 +790,6 @@ class Worker:
                 if server_error_kind(exc) != "transient":
                     return
                 await asyncio.sleep(self._outage.failed("give back", exc))
-
-    async def _run_processor(self, job: AsyncJob) -> Any:
-        assert self.processor is not None
-        if self._is_async:
-            job._on_progress = self._progress
-            return await self.processor(job)
-        assert self._sync_queue is not None
-        loop = asyncio.get_running_loop()
-        sync_job = Job.from_hash(job.queue_name, job.id, {}, token=job.token)
-        for field in job.__dataclass_fields__:
-            setattr(sync_job, field, getattr(job, field))
-        sync_job.queue = self._sync_queue
-        sync_job._on_progress = functools.partial(self._progress_from_thread, loop)
-        return await loop.run_in_executor(self._pool, self.processor, sync_job)
 
     async def _progress(self, job: AsyncJob, progress: Any) -> None:
         await self._emit("progress", job, progress)

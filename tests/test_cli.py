@@ -71,10 +71,10 @@ def test_worker_command_processes_jobs_and_stops_on_sigterm(redis_url: str) -> N
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("no_colon", "expected module:function"),
-        ("tests.fixtures.nope:f", "cannot import 'tests.fixtures.nope'"),
+        ("no_colon", "must be 'package.module:function'"),
+        ("tests.fixtures.nope:f", "cannot import 'tests.fixtures.nope': ModuleNotFoundError"),
         ("tests.fixtures.processors:missing", "has no attribute 'missing'"),
-        ("tests.fixtures.processors:not_callable", "is not callable"),
+        ("tests.fixtures.processors:not_callable", "not a function"),
     ],
 )
 def test_worker_command_refuses_bad_processor(spec: str, message: str) -> None:

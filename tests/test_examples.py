@@ -66,6 +66,15 @@ EXPECTED = {
         "removed: True",
         "left: 1",
     ],
+    "timeouts_cancel.py": [
+        "cancel active: active",
+        "cancel delayed: failed",
+        "hangs: attempts=2 timed out after 0.5 s",
+        "summarise: attempts=1 partial summary",
+        "waits: attempts=1 cancelled: user closed the tab",
+        "later: attempts=0 cancelled: not needed",
+        "crunch: stopped early, soft_timed_out=True (1 completed)",
+    ],
     "processors.py": [
         "failed job says: width must be a positive integer, got -1",
         "attempts made: 1",

@@ -285,6 +285,20 @@ class AsyncJob(JobRecord, AsyncJobDataMixin, AsyncJobFlowMixin):
         """
         await job_removal.remove_tree(self, remove_children=remove_children)
 
+    # -- cancel --------------------------------------------------------------------------------
+
+    async def cancel(self, reason: str = "") -> JobState:
+        """Cancel the job: see :meth:`AsyncQueue.cancel`, which this calls.
+
+        Returns:
+            ``JobState.FAILED`` when the job failed now, ``JobState.ACTIVE`` when its worker
+            was asked to stop it.
+        """
+        # Imported here: the queue modules import this one.
+        from corral._async.queue_admin import cancel_job
+
+        return await cancel_job(self.queue, self.id, reason)
+
     # -- state ---------------------------------------------------------------------------------
 
     async def get_state(self) -> JobState:

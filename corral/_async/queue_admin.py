@@ -1,4 +1,4 @@
-"""Queue administration: pause, drain, clean, obliterate, and moving jobs in bulk.
+"""Queue administration: pause, drain, clean, obliterate, moving jobs in bulk, and cancelling.
 
 A layer of :class:`AsyncQueue` (over the getters and the limits). Every bulk operation runs
 its script in batches of at most :data:`BATCH` jobs and loops here until it is done: one
@@ -9,14 +9,25 @@ client, workers included.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 from corral import _scripts, clock
 from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._async.queue_getters import check_int
 from corral._async.queue_limits import AsyncQueueLimits
-from corral.bounds import JOB_KEY_SUFFIXES, KEY_NAMESPACES, MAX_TIMESTAMP_MS
-from corral.errors import InvalidOptionError, QueueBusyError
+from corral.bounds import (
+    JOB_KEY_SUFFIXES,
+    KEY_NAMESPACES,
+    MAX_TIMESTAMP_MS,
+    check_text,
+    names_a_job,
+)
+from corral.errors import InvalidOptionError, QueueBusyError, script_error
+from corral.job import JobState
 from corral.options import MAX_SIZE_LIMIT, Duration, duration_ms
+
+if TYPE_CHECKING:
+    from corral._async._queue_base import AsyncQueueBase
 
 _PAUSE = _scripts.load("pause_queue")
 _DRAIN = _scripts.load("drain_queue")
@@ -27,6 +38,10 @@ _PROMOTE_JOBS = _scripts.load("promote_jobs")
 
 #: The most jobs one script call deletes or moves.
 BATCH = 1000
+
+#: The longest reason ``cancel`` takes, in characters (it is kept in failedReason, in the
+#: events stream and in the message every worker of the queue receives).
+MAX_CANCEL_REASON = 1000
 
 #: States ``clean()`` accepts, and the name clean_jobs.lua knows each by.
 CLEAN_STATES = {
@@ -57,6 +72,32 @@ def _owned_leftover(rest: str, nested: set[str]) -> bool:
 def glob_escape(text: str) -> str:
     """``text`` as a literal in a ``SCAN MATCH`` pattern."""
     return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+def check_cancel_reason(reason: Any) -> str:
+    """``reason`` when ``cancel`` can take it: ``""``, or text of at most
+    :data:`MAX_CANCEL_REASON` characters."""
+    if isinstance(reason, str) and not reason:
+        return reason
+    return check_text("reason", reason, max_length=MAX_CANCEL_REASON)
+
+
+async def cancel_job(queue: AsyncQueueBase, job_id: str, reason: str = "") -> JobState:
+    """Cancel the job ``job_id`` of ``queue``; what :meth:`AsyncQueueAdmin.cancel` does (and
+    :meth:`AsyncJob.cancel`, which cannot import the queue classes)."""
+    text = check_cancel_reason(reason)
+    if not names_a_job(job_id):
+        # A queue's own key (wait, meta...) is no job: refused before any I/O.
+        raise script_error(-1, queue=queue.name, job_id=job_id)
+    code = int(
+        await queue._run(
+            _scripts.CANCEL_JOB,
+            [queue._job_prefix, job_id, text, clock.now_ms(), queue.keys.cancel_channel()],
+        )
+    )
+    if code < 0:
+        raise script_error(code, queue=queue.name, job_id=job_id)
+    return JobState.ACTIVE if code == 2 else JobState.FAILED
 
 
 def _finished_state(state: str) -> str:
@@ -261,3 +302,36 @@ class AsyncQueueAdmin(AsyncQueueLimits):
             total += moved
             if moved < batch:
                 return total
+
+    async def cancel(self, job_id: str, reason: str = "") -> JobState:
+        """Cancel a job from any process: it fails for good with ``failedReason``
+        ``"cancelled: <reason>"`` (``"cancelled"`` without one) and is never retried.
+
+        A job that has not started (waiting, delayed, prioritized, waiting for its children)
+        fails now, as a job failed at fetch does: its flow parent is told by its failure
+        policy, its deduplication id is freed, ``removeOnFail`` applies, and the ``failed``
+        event (BullMQ's, so Node listeners see it) gives the state it left as ``prev``. An
+        active job's worker is asked to stop it, and fails it once its processor is stopped.
+        An active job whose worker is gone (no lock) fails now.
+
+        Args:
+            job_id: the job's id.
+            reason: why, up to 1000 characters; ``""`` for none.
+
+        Returns:
+            ``JobState.FAILED`` when the job failed now, ``JobState.ACTIVE`` when its worker
+            was asked to stop it.
+
+        Raises:
+            InvalidOptionError: ``job_id`` or ``reason`` is not text, or ``reason`` is too
+                long; nothing was written.
+            JobNotFoundError: there is no such job.
+            JobFinishedError: the job already completed or failed.
+            JobStateError: the job is the pending iteration of a job scheduler (remove the
+                scheduler instead), or is in none of the queue's states.
+
+        Example::
+
+            await queue.cancel(job.id, "the user closed the tab")
+        """
+        return await cancel_job(self, job_id, reason)

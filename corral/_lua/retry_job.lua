@@ -1,7 +1,9 @@
 -- retry_job: send a failed (or completed) job back to wait/prioritized (BullMQ's retry).
 --
 -- The attempt counters and the stacktrace are kept unless the caller resets the counters,
--- so attempts/backoff go on counting from where the job stopped.
+-- so attempts/backoff go on counting from where the job stopped. A cancel request
+-- (`x-cancel`, cancel_job.lua) goes: the retried job starts clean, and a worker must not
+-- fail it at fetch for a cancel of its earlier run.
 --
 -- KEYS: the queue's keys in corral._keys order (include/keys.lua); uses wait, prioritized,
 --       pc, completed, failed, marker, events, meta.
@@ -32,7 +34,8 @@ end
 if rcall("ZREM", set_key, job_id) == 0 then
   return -4
 end
-rcall("HDEL", job_key, "finishedOn", "processedOn", "failedReason", "returnvalue")
+rcall("HDEL", job_key, "finishedOn", "processedOn", "failedReason", "returnvalue",
+  "x-cancel")
 if ARGV[4] == "1" then
   rcall("HSET", job_key, "atm", 0)
 end

@@ -1,9 +1,9 @@
 -- retry_jobs: send a batch of failed (or completed) jobs back to wait/prioritized, oldest
 -- first, each as retry_job.lua does it (BullMQ's retryJobs).
 --
--- finishedOn, processedOn, failedReason and returnvalue go; the attempt counters and the
--- stacktrace stay. Only jobs finished at or before a timestamp are taken, so jobs that fail
--- again while the caller loops are not retried a second time.
+-- finishedOn, processedOn, failedReason, returnvalue and a cancel request (`x-cancel`) go;
+-- the attempt counters and the stacktrace stay. Only jobs finished at or before a timestamp
+-- are taken, so jobs that fail again while the caller loops are not retried a second time.
 --
 -- KEYS: the queue's keys in corral._keys order (include/keys.lua); uses wait, prioritized,
 --       pc, completed, failed, marker, events, meta.
@@ -35,7 +35,8 @@ for _, job_id in ipairs(ids) do
   local job_key = prefix .. job_id
   -- An id whose hash is gone is only dropped from the set.
   if rcall("EXISTS", job_key) == 1 then
-    rcall("HDEL", job_key, "finishedOn", "processedOn", "failedReason", "returnvalue")
+    rcall("HDEL", job_key, "finishedOn", "processedOn", "failedReason", "returnvalue",
+      "x-cancel")
     local priority = tonumber(rcall("HGET", job_key, "priority")) or 0
     make_ready(job_id, priority, false, max_len, state)
   end

@@ -286,6 +286,20 @@ class Job(JobRecord, JobDataMixin, JobFlowMixin):
         """
         job_removal.remove_tree(self, remove_children=remove_children)
 
+    # -- cancel --------------------------------------------------------------------------------
+
+    def cancel(self, reason: str = "") -> JobState:
+        """Cancel the job: see :meth:`Queue.cancel`, which this calls.
+
+        Returns:
+            ``JobState.FAILED`` when the job failed now, ``JobState.ACTIVE`` when its worker
+            was asked to stop it.
+        """
+        # Imported here: the queue modules import this one.
+        from corral._sync.queue_admin import cancel_job
+
+        return cancel_job(self.queue, self.id, reason)
+
     # -- state ---------------------------------------------------------------------------------
 
     def get_state(self) -> JobState:

@@ -91,6 +91,8 @@ OPTION_VALUES: dict[str, st.SearchStrategy[Any]] = {
     ),
     "idempotency_key": st.one_of(s.names(), s.anything),
     "idempotency_window": s.durations,
+    "timeout": s.durations,
+    "soft_timeout": s.durations,
 }
 assert set(OPTION_VALUES) == OPTION_NAMES, "every option of add is drawn"
 
@@ -137,6 +139,8 @@ VALID_VALUES: dict[str, st.SearchStrategy[Any]] = {
     ),
     "idempotency_key": id_text,
     "idempotency_window": st.floats(0.001, 86400),
+    "timeout": st.one_of(st.floats(0.001, 3600), st.just(10 * 365 * 24 * 3600)),
+    "soft_timeout": st.floats(0.001, 3600),
 }
 assert set(VALID_VALUES) == OPTION_NAMES
 
@@ -149,6 +153,10 @@ def _compatible(opts: dict[str, Any]) -> dict[str, Any]:
         del opts[extra]
     if "idempotency_key" not in opts:
         opts.pop("idempotency_window", None)
+    if "timeout" in opts and opts.get("soft_timeout", 0) >= opts["timeout"]:
+        opts["soft_timeout"] = opts["timeout"] / 2
+        if round(opts["soft_timeout"] * 1000) in (0, round(opts["timeout"] * 1000)):
+            del opts["soft_timeout"]
     dedup = opts.get("deduplication")
     if dedup is not None and dedup.extend and dedup.ttl is None:
         opts["deduplication"] = Dedup(dedup.id, ttl=1)

@@ -46,15 +46,20 @@ local function fail_retention(job_key)
   return -1, -1
 end
 
--- Some jobs fail at fetch and never reach a processor, as with BullMQ's workers: one
--- recovered from stalls more than max_stalled times, and a flow parent carrying `defa` (a
--- failParentOnFailure child failed). The failure is final, like the worker's: atm + 1,
--- failedReason, finishedOn, `defa` cleared, failed set, its own parent told (so a deferred
--- failure climbs the tree one fetch per level), `failed` + `retries-exhausted`, removeOnFail
--- (needs include/remove and include/parent).
-local function fail_at_fetch(prefix, job_id, job_key, reason, now, max_len)
-  rcall("LREM", K_ACTIVE, -1, job_id)
-  local attempts = rcall("HINCRBY", job_key, "atm", 1)
+-- Fail a job for good where no worker's finish does it: at fetch (fail_at_fetch below) and
+-- when it is cancelled (cancel_job.lua). The caller has taken the job out of the list or
+-- zset that held it; `prev` names that state for the event. failedReason, finishedOn, `defa`
+-- cleared, failed set, its own parent told by its failure policy (so a deferred failure climbs
+-- the tree one fetch per level), dedup id released, idempotency outcome recorded,
+-- `failed{failedReason, prev}`, removeOnFail (needs include/remove, parent and dedup).
+-- `attempted`: a worker took the job, so this ends an attempt: atm + 1 and
+-- `retries-exhausted{attemptsMade}` after `failed`, as a worker's final failure writes them.
+-- A job that never ran has made no attempt: its atm stays, and no retries were exhausted.
+local function fail_for_good(prefix, job_id, job_key, reason, prev, attempted, now, max_len)
+  local attempts
+  if attempted then
+    attempts = rcall("HINCRBY", job_key, "atm", 1)
+  end
   rcall("HSET", job_key, "failedReason", reason, "finishedOn", now)
   rcall("HDEL", job_key, "defa")
   rcall("ZADD", K_FAILED, now, job_id)
@@ -64,10 +69,21 @@ local function fail_at_fetch(prefix, job_id, job_key, reason, now, max_len)
   end
   release_dedup(prefix, fields[2], job_id, now, max_len)
   record_outcome(prefix, fields[3], "failed", reason, now)
-  emit(max_len, "failed", "jobId", job_id, "failedReason", reason, "prev", "active")
-  emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts)
+  emit(max_len, "failed", "jobId", job_id, "failedReason", reason, "prev", prev)
+  if attempted then
+    emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts)
+  end
   local keep, max_age = fail_retention(job_key)
   apply_retention(K_FAILED, prefix, job_id, keep, max_age, now)
+end
+
+-- Some jobs fail at fetch and never reach a processor, as with BullMQ's workers: one
+-- recovered from stalls more than max_stalled times, and a flow parent carrying `defa` (a
+-- failParentOnFailure child failed). The failure is final, like the worker's, and counts as
+-- the attempt the fetch started (fail_for_good with `attempted`).
+local function fail_at_fetch(prefix, job_id, job_key, reason, now, max_len)
+  rcall("LREM", K_ACTIVE, -1, job_id)
+  fail_for_good(prefix, job_id, job_key, reason, "active", true, now, max_len)
 end
 
 -- Take up to spec.count ready jobs: wait first (its right end), then the lowest prioritized.

@@ -1,0 +1,286 @@
+"""Where a processor runs, and how a lease stops it: on the event loop, in a thread, or in a
+child process.
+
+A lease hands each attempt a :class:`Control`. The runner attaches to it the two ways the
+attempt can be interrupted where it runs:
+
+- *warn* (the soft timeout): an async processor is cancelled (it may catch the
+  ``CancelledError``, see ``job.soft_timed_out``, and finish); a plain function gets
+  :class:`~corral.errors.JobTimeoutWarning` raised in its thread or child process;
+- *stop* (the timeout, a remote cancel, close after its grace): the task is cancelled, the
+  thread gets an exception it cannot catch with ``except Exception``, the child process is
+  killed. A stop is repeated every second until the processor has ended, because Python code
+  can swallow an exception, and a thread blocked in a C call sees it only when the call
+  returns. The lease settles the job only once the processor has ended (for a child: once
+  the process is dead), so a job never runs twice at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import functools
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from corral._async.job import AsyncJob
+from corral._sync.job import Job
+from corral._threads import DaemonThreadPool
+from corral.errors import InvalidOptionError, JobTimeoutError, JobTimeoutWarning
+
+if TYPE_CHECKING:
+    from corral._processes import ProcessPool
+    from corral._sync.queue import Queue
+
+#: How often a stop is repeated while the processor has not ended (seconds).
+RESTOP_S = 1.0
+
+
+class Stop(BaseException):
+    """Raised in a plain function's thread to stop it (a ``BaseException``, so that an
+    ``except Exception`` in job code does not swallow it). The attempt fails with the
+    error the lease recorded (a timeout, a cancel), never with this."""
+
+
+def seconds_text(ms: int) -> str:
+    """``2000`` -> ``"2 s"``, ``1500`` -> ``"1.5 s"``: durations in failure reasons."""
+    return f"{ms / 1000:g} s"
+
+
+class Control:
+    """The interruptions of one attempt; the lease owns it, the runner attaches to it."""
+
+    __slots__ = ("_stop", "_timers", "_warn", "cancels", "cut", "error", "final", "running")
+
+    def __init__(self) -> None:
+        #: What the attempt fails with when it ends by our hand: the soft warning's
+        #: JobTimeoutWarning, then (overriding it) a timeout or a cancel.
+        self.error: BaseException | None = None
+        #: A hard stop was asked: the attempt fails with ``error`` however the processor ends.
+        self.final = False
+        #: Close cut it short: the job goes back to wait (unless ``final``).
+        self.cut = False
+        self.running = False
+        #: How many times the runner cancelled the lease's own task (the lease uncancels).
+        self.cancels = 0
+        self._warn: Callable[[], None] | None = None
+        self._stop: Callable[[], None] | None = None
+        self._timers: list[asyncio.TimerHandle] = []
+
+    def attach(self, warn: Callable[[], None], stop: Callable[[], None]) -> None:
+        """The runner's ways to interrupt the processor, now that it starts."""
+        self._warn, self._stop = warn, stop
+        self.running = True
+        if self.final or self.cut:  # stopped before it started
+            self._repeat_stop()
+
+    def detach(self) -> None:
+        """The processor has ended: nothing interrupts it any more (and the runner's
+        closures, which hold the job and its task, are let go at once)."""
+        self.running = False
+        self._warn = self._stop = None
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+
+    def arm(self, timeout_ms: int, soft_timeout_ms: int) -> None:
+        """Warn after ``soft_timeout_ms`` and stop after ``timeout_ms`` (0: never)."""
+        loop = asyncio.get_running_loop()
+        if soft_timeout_ms:
+            warning = JobTimeoutWarning(
+                f"soft timeout: still running after {seconds_text(soft_timeout_ms)}"
+            )
+            self._timers.append(loop.call_later(soft_timeout_ms / 1000, self.warn, warning))
+        if timeout_ms:
+            error = JobTimeoutError(f"timed out after {seconds_text(timeout_ms)}")
+            self._timers.append(loop.call_later(timeout_ms / 1000, self.stop, error))
+
+    def warn(self, warning: BaseException) -> None:
+        if self.final or not self.running:
+            return
+        self.error = warning
+        if self._warn is not None:
+            self._warn()
+
+    def stop(self, error: BaseException | None) -> None:
+        """Stop the processor: fail the attempt with ``error``, or (``None``) put the job
+        back in wait (close cut it short). The first error given is the one kept."""
+        if error is None:
+            self.cut = True
+        elif not self.final:
+            self.final, self.error = True, error
+        if self.running:
+            self._repeat_stop()
+
+    def _repeat_stop(self) -> None:
+        if not self.running or self._stop is None:
+            return
+        self._stop()
+        self._timers.append(asyncio.get_running_loop().call_later(RESTOP_S, self._repeat_stop))
+
+
+class Runner(Protocol):
+    """Runs the processor on one job; the lease awaits :meth:`run`."""
+
+    #: Whether close can stop a running job (a plain function in a thread cannot: close
+    #: waits for it and keeps its lock).
+    stoppable_on_close: bool
+
+    async def run(self, job: AsyncJob, fields: dict[str, str], control: Control) -> Any: ...
+
+
+class AsyncRunner:
+    """An ``async def`` processor, run in the lease's own task."""
+
+    stoppable_on_close = True
+
+    def __init__(self, processor: Callable[[Any], Any], on_progress: Any) -> None:
+        self._processor = processor
+        self._on_progress = on_progress
+
+    async def run(self, job: AsyncJob, fields: dict[str, str], control: Control) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+
+        def cancel() -> None:
+            control.cancels += 1
+            task.cancel()
+
+        def warn() -> None:
+            job.soft_timed_out = True
+            cancel()
+
+        job._on_progress = self._on_progress
+        control.attach(warn, cancel)
+        try:
+            return await self._processor(job)
+        finally:
+            control.detach()
+
+
+def _raise_in_thread(ident: int, exc_type: type[BaseException] | None) -> None:
+    # PyThreadState_SetAsyncExc(thread id, exception type or NULL): raise in that thread at
+    # its next bytecode; NULL (None) clears one still pending.
+    exc = None if exc_type is None else ctypes.py_object(exc_type)
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), exc)
+
+
+class _ThreadCall:
+    """One call of a plain function in a pool thread, which the loop can interrupt."""
+
+    __slots__ = ("_ident", "_lock", "_sent", "_stopped")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ident: int | None = None
+        self._stopped = False
+        self._sent = False
+
+    def __call__(self, processor: Callable[[Job], Any], job: Job) -> Any:
+        with self._lock:
+            if self._stopped:
+                raise Stop
+            self._ident = threading.get_ident()
+        try:
+            return processor(job)
+        finally:
+            with self._lock:
+                ident, self._ident = self._ident, None
+                if ident is not None and self._sent:
+                    # A raise sent just as the function returned must not reach the next
+                    # job this thread runs.
+                    _raise_in_thread(ident, None)
+
+    def raise_in(self, exc_type: type[BaseException]) -> None:
+        with self._lock:
+            if self._ident is None:
+                self._stopped = self._stopped or exc_type is Stop
+                return
+            self._sent = True
+            _raise_in_thread(self._ident, exc_type)
+
+
+class ThreadRunner:
+    """A plain function, run in a daemon thread with a :class:`Job` whose methods block."""
+
+    stoppable_on_close = False
+
+    def __init__(
+        self,
+        processor: Callable[[Job], Any],
+        pool: DaemonThreadPool,
+        queue: Queue,
+        on_progress: Callable[[Job, Any], None],
+    ) -> None:
+        self._processor = processor
+        self._pool = pool
+        self._queue = queue
+        self._on_progress = on_progress
+
+    async def run(self, job: AsyncJob, fields: dict[str, str], control: Control) -> Any:
+        sync_job = Job.from_hash(job.queue_name, job.id, {}, token=job.token)
+        for name in job.__dataclass_fields__:
+            setattr(sync_job, name, getattr(job, name))
+        sync_job.queue = self._queue
+        sync_job._on_progress = self._on_progress
+        call = _ThreadCall()
+
+        def warn() -> None:
+            sync_job.soft_timed_out = job.soft_timed_out = True
+            call.raise_in(JobTimeoutWarning)
+
+        control.attach(warn, functools.partial(call.raise_in, Stop))
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, call, self._processor, sync_job)
+        finally:
+            control.detach()
+
+
+class ProcessRunner:
+    """A function named ``module:function``, run in a pool of child processes; what the
+    child asks of its job (progress, logs, data) is done here, on the real job."""
+
+    stoppable_on_close = True
+
+    def __init__(self, pool: ProcessPool, on_progress: Any) -> None:
+        self._pool = pool
+        self._on_progress = on_progress
+        self._kills: set[asyncio.Task[None]] = set()
+
+    async def run(self, job: AsyncJob, fields: dict[str, str], control: Control) -> Any:
+        from corral._processes import ChildJobSpec  # only workers with processes= need it
+
+        job._on_progress = self._on_progress
+
+        async def calls(method: str, args: list[Any]) -> Any:
+            if method == "update_progress":
+                return await job.update_progress(args[0])
+            if method == "log":
+                return await job.log(args[0])
+            if method == "update_data":
+                return await job.update_data(args[0])
+            raise InvalidOptionError(f"a child process asked for an unknown job method {method!r}")
+
+        spec = ChildJobSpec(
+            job.queue_name, job.id, fields, job.token, job.deadline, job.soft_deadline
+        )
+        run = self._pool.submit(spec, calls)
+
+        def warn() -> None:
+            job.soft_timed_out = True
+            run.warn()
+
+        def stop() -> None:
+            # The child is killed; result() raises once it is dead, whatever the error says
+            # (the lease fails the attempt with control.error, or puts the job back).
+            task = asyncio.ensure_future(run.kill(control.error or Stop()))
+            self._kills.add(task)
+            task.add_done_callback(self._kills.discard)
+
+        control.attach(warn, stop)
+        try:
+            return await run.result()
+        finally:
+            control.detach()

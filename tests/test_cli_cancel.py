@@ -1,0 +1,91 @@
+"""`corral cancel QUEUE JOB_ID`: cancel a job from a shell (one process, one line of output)."""
+
+from __future__ import annotations
+
+import json
+
+import redis
+from click.testing import CliRunner
+
+from corral import Queue, _scripts, clock
+from corral.cli import main
+from tests.test_cli import run_corral
+
+
+def cancel(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["cancel", *args])
+    return result.exit_code, result.output
+
+
+def test_cancel_a_waiting_job(redis_url: str, r: redis.Redis) -> None:
+    with Queue("reports", connection=redis_url) as queue:
+        job = queue.add("nightly", None, attempts=3)
+    code, out = cancel("reports", job.id, "--reason", "holiday", "--url", redis_url)
+    assert (code, out) == (0, f"cancelled {job.id}\n")
+    assert r.hget(f"bull:reports:{job.id}", "failedReason") == "cancelled: holiday"
+    assert r.zscore("bull:reports:failed", job.id) is not None
+
+
+def test_cancel_without_a_reason_and_with_a_prefix(redis_url: str, r: redis.Redis) -> None:
+    with Queue("reports", connection=redis_url, prefix="{app}") as queue:
+        job = queue.add("nightly", None)
+    code, out = cancel("reports", job.id, "--url", redis_url, "--prefix", "{app}")
+    assert (code, out) == (0, f"cancelled {job.id}\n")
+    assert r.hget(f"{{app}}:reports:{job.id}", "failedReason") == "cancelled"
+
+
+def test_cancel_an_active_job(redis_url: str, r: redis.Redis) -> None:
+    with Queue("reports", connection=redis_url) as queue:
+        queue.add("nightly", None)
+        fetch = _scripts.FetchNext(1, "tok", 0, 30_000)
+        reply = queue._run(
+            _scripts.MOVE_TO_ACTIVE, [queue._job_prefix, clock.now_ms(), *fetch.args()]
+        )
+        job_id = _scripts.parse_fetched(reply, 2)[0].job_id
+        pubsub = r.pubsub()
+        pubsub.subscribe(queue.keys.cancel_channel())
+        try:
+            code, out = cancel("reports", job_id, "--reason", "stop", "--url", redis_url)
+            message = None
+            while message is None:  # the test's timeout bounds this
+                message = pubsub.get_message(ignore_subscribe_messages=True, timeout=1)
+        finally:
+            pubsub.close()
+    assert (code, out) == (0, f"cancelling {job_id} (active: its worker stops it)\n")
+    assert json.loads(message["data"]) == {"jobId": job_id, "reason": "stop"}
+    assert r.hget(f"bull:reports:{job_id}", "x-cancel") == "stop"
+
+
+def test_unknown_or_finished_job_is_a_one_line_error(redis_url: str, r: redis.Redis) -> None:
+    proc = run_corral("cancel", "reports", "nope", "--url", redis_url)
+    assert proc.returncode == 1
+    assert proc.stderr == "Error: job nope does not exist in queue reports\n"
+    assert proc.stdout == ""
+
+    with Queue("reports", connection=redis_url) as queue:
+        job = queue.add("nightly", None)
+    assert cancel("reports", job.id, "--url", redis_url)[0] == 0
+    before = r.hgetall(f"bull:reports:{job.id}")
+    code, out = cancel("reports", job.id, "--url", redis_url)
+    assert code == 1
+    assert out == f"Error: job {job.id} in queue reports has already finished\n"
+    assert r.hgetall(f"bull:reports:{job.id}") == before
+
+
+def test_bad_input_is_refused_before_anything_is_written(redis_url: str, r: redis.Redis) -> None:
+    with Queue("reports", connection=redis_url) as queue:
+        job = queue.add("nightly", None)
+    before = r.dbsize(), r.hgetall(f"bull:reports:{job.id}")
+    code, out = cancel("reports", job.id, "--reason", "x" * 1001, "--url", redis_url)
+    assert code == 1
+    assert out == "Error: reason must be at most 1000 characters, got 1001\n"
+    code, out = cancel("bad:name", job.id, "--url", redis_url)
+    assert code == 1 and out.startswith("Error: queue name must not contain ':'")
+    assert (r.dbsize(), r.hgetall(f"bull:reports:{job.id}")) == before
+
+
+def test_unreachable_server() -> None:
+    code, out = cancel("reports", "j", "--url", "redis://127.0.0.1:1/0")
+    assert code == 1
+    assert out.startswith("Error: cannot reach the server:")
+    assert len(out.strip().splitlines()) == 1
