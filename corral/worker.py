@@ -17,7 +17,6 @@ import asyncio
 import base64
 import contextlib
 import functools
-import inspect
 import logging
 import signal
 import threading
@@ -29,7 +28,7 @@ import redis
 from redis.asyncio import Redis
 
 from corral import _scripts, _twins, _upkeep, options
-from corral._async._redis import check_connection, check_server, open_client_off_loop
+from corral._async._redis import check_server, open_client_off_loop
 from corral._async.job import AsyncJob
 from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._async.queue import AsyncQueue
@@ -37,7 +36,6 @@ from corral._async.queue_schedulers import schedule_next_iteration
 from corral._burst import RunLimits, RunSummary, StopReason
 from corral._cancels import CancelListener
 from corral._finisher import Finisher
-from corral._imports import ProcessOptions, import_processor
 from corral._keys import DEFAULT_PREFIX
 from corral._lease import Lease, LeaseContext
 from corral._listeners import Callback, Listeners
@@ -46,11 +44,11 @@ from corral._supervisor import Outage, Supervisor
 from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._threads import DaemonThreadPool
-from corral.bounds import check_text
 from corral.clock import now_ms
 from corral.errors import ConfigurationError, InvalidOptionError, server_error_kind
-from corral.options import MAX_SIZE_LIMIT, Duration
-from corral.retry import BackoffStrategy, RetryPolicy
+from corral.options import Duration
+from corral.retry import BackoffStrategy
+from corral.worker_options import WorkerOptions
 
 logger = logging.getLogger("corral.worker")
 
@@ -164,55 +162,38 @@ class Worker:
         max_jobs_per_child: int | None = None,
         strict: bool = False,
     ) -> None:
-        options.check_name("queue name", queue_name, colon=False)
-        spec = None
-        if isinstance(processor, str):
-            spec, processor = processor, import_processor(processor)
-        if processor is not None and not callable(processor):
-            raise InvalidOptionError(f"processor must be callable, got {processor!r}")
+        o = self._o = WorkerOptions.build(
+            queue_name,
+            processor,
+            connection=connection,
+            prefix=prefix,
+            concurrency=concurrency,
+            name=name,
+            lock_duration=lock_duration,
+            stalled_interval=stalled_interval,
+            max_stalled_count=max_stalled_count,
+            drain_delay=drain_delay,
+            limiter=limiter,
+            backoff_strategies=backoff_strategies,
+            retry_on=retry_on,
+            no_retry_on=no_retry_on,
+            close_grace=close_grace,
+            metrics_max_data_points=metrics_max_data_points,
+            max_progress_bytes=max_progress_bytes,
+            max_log_line_bytes=max_log_line_bytes,
+            timeout=timeout,
+            soft_timeout=soft_timeout,
+            processes=processes,
+            max_memory_mb=max_memory_mb,
+            max_jobs_per_child=max_jobs_per_child,
+            strict=strict,
+        )
         self.queue_name = queue_name
-        self.processor = processor
-        self._timeout_ms, self._soft_timeout_ms = options.timeouts(timeout, soft_timeout)
-        self._processes = ProcessOptions.build(
-            processor, spec, processes, max_memory_mb, max_jobs_per_child
-        )
-        if concurrency is None:
-            concurrency = self._processes.size if self._processes else 1
-        self._concurrency = options.int_option("concurrency", concurrency, 1)
-        self.name = "" if name is None else check_text("worker name", name, word=True)
-        self.prefix = options.check_prefix(prefix)
-        self._lock_ms = options.positive_ms("lock_duration", lock_duration)
-        self._stalled_ms = options.positive_ms("stalled_interval", stalled_interval)
-        self._max_stalled = options.int_option("max_stalled_count", max_stalled_count, 0)
-        self._drain_delay = options.positive_ms("drain_delay", drain_delay) / 1000
-        self._limit_max, self._limit_ms = options.limiter(limiter)
-        if backoff_strategies is not None and not isinstance(backoff_strategies, Mapping):
-            raise InvalidOptionError(
-                "backoff_strategies must be a dict of name -> function, "
-                f"got {type(backoff_strategies).__name__}"
-            )
-        for strategy, function in (backoff_strategies or {}).items():
-            check_text("backoff_strategies key", strategy)
-            if not callable(function):
-                raise InvalidOptionError(f"backoff_strategies[{strategy!r}] must be callable")
-        self._policy = RetryPolicy(
-            strategies=dict(backoff_strategies or {}),
-            retry_on=None if retry_on is None else options.exception_types("retry_on", retry_on),
-            no_retry_on=options.exception_types("no_retry_on", no_retry_on),
-        )
-        self.close_grace = options.duration_ms("close_grace", close_grace) / 1000
-        self._metrics_points = options.int_option(
-            "metrics_max_data_points", metrics_max_data_points, 0
-        )
-        self._connection = check_connection(connection)
-        self._max_progress_bytes = options.int_option(
-            "max_progress_bytes", max_progress_bytes, 1, MAX_SIZE_LIMIT
-        )
-        self._max_log_line_bytes = options.int_option(
-            "max_log_line_bytes", max_log_line_bytes, 1, MAX_SIZE_LIMIT
-        )
-        self._strict = strict
-        self._is_async = processor is not None and inspect.iscoroutinefunction(processor)
+        self.processor = o.processor
+        self.name = o.name
+        self.prefix = o.prefix
+        self.close_grace = o.close_grace
+        self._concurrency = o.concurrency
         self._token_base = str(uuid.uuid4())
         self._token_seq = 0
         #: Every job this worker holds, by lock token: the leases are the only per-job state.
@@ -365,11 +346,11 @@ class Worker:
         while self._queue is None:
             # A connection for every slot, and a few for the lock manager and stall checks.
             client = await open_client_off_loop(
-                self._connection, max_connections=self._concurrency + 8
+                self._o.connection, max_connections=self._concurrency + 8
             )
-            owned = client is not self._connection
+            owned = client is not self._o.connection
             try:
-                await check_server(client, strict=self._strict, owned=owned)
+                await check_server(client, strict=self._o.strict, owned=owned)
             except Exception as exc:
                 kind = server_error_kind(exc)
                 if kind == "configuration":
@@ -385,8 +366,8 @@ class Worker:
                 self.queue_name,
                 connection=client,
                 prefix=self.prefix,
-                max_progress_bytes=self._max_progress_bytes,
-                max_log_line_bytes=self._max_log_line_bytes,
+                max_progress_bytes=self._o.max_progress_bytes,
+                max_log_line_bytes=self._o.max_log_line_bytes,
             )
             self._queue._reply_timeout = self._reply_timeout(client)
         return self._queue
@@ -401,7 +382,7 @@ class Worker:
         timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
         # Renewals go out every lock / 2, with half the lock left: one stuck on a dead
         # connection times out after a quarter, which leaves a quarter to send it again.
-        return float(timeout or min(DEFAULT_REPLY_TIMEOUT_S, max(1.0, self._lock_ms / 4000)))
+        return float(timeout or min(DEFAULT_REPLY_TIMEOUT_S, max(1.0, self._o.lock_ms / 4000)))
 
     async def run_async(
         self,
@@ -457,7 +438,7 @@ class Worker:
         client = await queue.client()
         # The marker's connection reads for BZPOPMIN's wait plus the reply timeout (a half-open
         # one is given up as on the wire); its BullMQ client name lists it in get_workers().
-        read = self._drain_delay + (queue._reply_timeout or DEFAULT_REPLY_TIMEOUT_S)
+        read = self._o.drain_delay + (queue._reply_timeout or DEFAULT_REPLY_TIMEOUT_S)
         self._blocking = _twins.blocking_twin(
             client, read_timeout=read, client_name=self._client_name
         )
@@ -466,18 +447,18 @@ class Worker:
             queue=queue,
             finisher=Finisher(queue, self._fetch, self._fetch_lost),
             outage=self._outage,
-            policy=self._policy,
-            lock_s=self._lock_ms / 1000,
+            policy=self._o.policy,
+            lock_s=self._o.lock_ms / 1000,
             runner=runner,
             want_next=self._want_next,
             emit=self._emit,
-            timeout_ms=self._timeout_ms,
-            soft_timeout_ms=self._soft_timeout_ms,
+            timeout_ms=self._o.timeout_ms,
+            soft_timeout_ms=self._o.soft_timeout_ms,
             tally=self._limits.tally,
         )
         supervisor.on_fatal(self._exit_now)
-        renewer = _upkeep.LockRenewer(queue, self._leases.values, self._lock_ms)
-        checker = _upkeep.StallChecker(queue, self._stalled_ms, self._emit)
+        renewer = _upkeep.LockRenewer(queue, self._leases.values, self._o.lock_ms)
+        checker = _upkeep.StallChecker(queue, self._o.stalled_ms, self._emit)
         # Its own connection: a subscribed connection can do nothing else.
         listen = _twins.blocking_twin(client, read_timeout=read, client_name="")
         self._cancels = CancelListener(queue, listen, self._leases.values)
@@ -505,10 +486,10 @@ class Worker:
         """Where the processor runs: on the loop, in threads, or in child processes."""
         assert self.processor is not None
         loop = asyncio.get_running_loop()
-        if self._processes is not None:
+        if self._o.processes is not None:
             from corral._processes import ProcessPool  # only workers with processes= need it
 
-            p = self._processes
+            p = self._o.processes
             pool = self._process_pool = ProcessPool(
                 p.spec,
                 p.size,
@@ -517,15 +498,15 @@ class Worker:
             )
             await pool.start()
             return ProcessRunner(pool, self._progress)
-        if self._is_async:
+        if self._o.is_async:
             return AsyncRunner(self.processor, self._progress)
         self._pool = DaemonThreadPool(max(32, self._concurrency))
         self._sync_queue = Queue(
             self.queue_name,
             connection=_twins.sync_twin(client),
             prefix=self.prefix,
-            max_progress_bytes=self._max_progress_bytes,
-            max_log_line_bytes=self._max_log_line_bytes,
+            max_progress_bytes=self._o.max_progress_bytes,
+            max_log_line_bytes=self._o.max_log_line_bytes,
         )
         on_progress = functools.partial(self._progress_from_thread, loop)
         return ThreadRunner(self.processor, self._pool, self._sync_queue, on_progress)
@@ -567,7 +548,7 @@ class Worker:
         if self._queue is not None:
             self._queue._close_caller()
             client = self._queue._client
-            if client is not None and client is not self._connection:
+            if client is not None and client is not self._o.connection:
                 await client.aclose()
             self._queue = None
 
@@ -580,12 +561,12 @@ class Worker:
             count,
             self._token_base,
             first,
-            self._lock_ms,
+            self._o.lock_ms,
             self.name,
-            self._max_stalled,
-            self._limit_max,
-            self._limit_ms,
-            self._metrics_points,
+            self._o.max_stalled,
+            self._o.limit_max,
+            self._o.limit_ms,
+            self._o.metrics_points,
         )
 
     def _fetch_lost(self, first_seq: int, count: int) -> None:
@@ -652,9 +633,9 @@ class Worker:
             await self._emit("drained")
         if self._limits.burst and wake >= 0:
             due_in = wake - now_ms() if wake else None
-            if self._leases and (due_in is None or due_in > self._drain_delay * 1000):
+            if self._leases and (due_in is None or due_in > self._o.drain_delay * 1000):
                 # Running jobs may add work (a retry, a child): look again when one ends.
-                await self._sleep_unless_closing(self._drain_delay)
+                await self._sleep_unless_closing(self._o.drain_delay)
                 return 0
             if not self._leases and (due_in is None or due_in > self._limits.burst_wait_ms):
                 self._end_run("drained")
@@ -672,7 +653,7 @@ class Worker:
             # Rate limited: sleep it out; new jobs cannot be taken before then anyway.
             await self._sleep_unless_closing(-wake / 1000)
             return
-        deadline = now_ms() + self._drain_delay * 1000
+        deadline = now_ms() + self._o.drain_delay * 1000
         if wake:
             deadline = min(deadline, wake)
         while not self._closing and not self._lost_fetches:
@@ -782,7 +763,7 @@ class Worker:
     async def _give_back_now(self) -> None:
         # The fetch loop has ended: give the jobs back here, retrying a transient error for
         # as long as a lock lasts (after that the stalled check gives them back anyway).
-        for _ in range(max(1, round(self._lock_ms / 250))):
+        for _ in range(max(1, round(self._o.lock_ms / 250))):
             try:
                 await self._release_lost_fetches()
                 return
