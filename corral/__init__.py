@@ -13,6 +13,7 @@ from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
 from corral._async.queue_events import AsyncQueueEvents
 from corral._burst import RunSummary
+from corral._child_job import AsyncChildJob, ChildJob
 from corral._sync.flow import FlowProducer
 from corral._sync.job import Job
 from corral._sync.queue import Queue
@@ -56,11 +57,13 @@ from corral.schedule import JobScheduler, JobTemplate
 from corral.worker import Worker
 
 __all__ = [
+    "AsyncChildJob",
     "AsyncFlowProducer",
     "AsyncJob",
     "AsyncQueue",
     "AsyncQueueEvents",
     "BulkAddError",
+    "ChildJob",
     "ChildJobError",
     "ChildProcessDied",
     "ConfigurationError",

@@ -15,6 +15,23 @@ from corral.errors import InvalidOptionError, ProcessorImportError
 from corral.options import int_option
 
 
+def check_spec(spec: Any) -> str:
+    """``spec`` when it reads ``"package.module:function"`` (names that are identifiers).
+
+    Raises:
+        ProcessorImportError: anything else.
+    """
+    if not isinstance(spec, str):
+        raise ProcessorImportError(
+            f"processor must be a 'package.module:function' string, got {type(spec).__name__}"
+        )
+    module, sep, attr = spec.partition(":")
+    names = [*module.split("."), *attr.split(".")]
+    if not sep or not all(name.isidentifier() for name in names):
+        raise ProcessorImportError(f"processor must be 'package.module:function', got {spec!r}")
+    return spec
+
+
 def import_processor(spec: str) -> Callable[..., Any]:
     """The callable that ``spec`` (``"package.module:function"``) names.
 
@@ -24,9 +41,7 @@ def import_processor(spec: str) -> Callable[..., Any]:
         ProcessorImportError: not ``module:function``, the module cannot be imported (the
             message names it and gives the import error), no such attribute, not callable.
     """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ProcessorImportError(f"processor must be 'package.module:function', got {spec!r}")
+    module_name, _, attr = check_spec(spec).partition(":")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -52,31 +67,40 @@ def spec_of(function: Callable[..., Any]) -> str:
     """The ``"module:qualname"`` a child process imports ``function`` by.
 
     Raises:
-        ProcessorImportError: ``function`` cannot be found again by that name (a lambda, a
-            closure, a method of an instance, something defined in ``__main__`` of a script
-            the child cannot import).
+        ProcessorImportError: ``function`` cannot be found again by that name: a lambda, a
+            closure, a bound method, a function of the script being run (``__main__``, unless
+            it runs with ``python -m``), or a name that imports to something else.
     """
     module = getattr(function, "__module__", None)
     qualname = getattr(function, "__qualname__", None)
-    what = f"{qualname or function!r}"
-    if not module or not qualname or "<" in qualname:
+    if not isinstance(module, str) or not isinstance(qualname, str):
         raise ProcessorImportError(
-            f"processes= needs an importable function ('package.module:function' or a "
-            f"module-level def), got {what}"
+            "processes= needs 'package.module:function' or an importable function, got "
+            f"{type(function).__name__}"
+        )
+    if "<" in qualname or hasattr(function, "__self__"):  # <lambda>, <locals>, a method
+        raise ProcessorImportError(
+            f"processes= needs an importable function: {qualname} cannot be imported by name "
+            "in a child process (a lambda, a closure or a bound method); use a function "
+            "defined at a module's top level"
         )
     if module == "__main__":
-        raise ProcessorImportError(
-            f"processes= cannot import {what} from __main__ in a child process: move it to a "
-            "module, or pass 'package.module:function'"
-        )
-    spec = f"{module}:{qualname}"
+        main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        if main_spec is None or main_spec.name == "__main__":
+            raise ProcessorImportError(
+                f"processes= cannot import {qualname} from the script being run (__main__) in "
+                "a child process: move it to a module, or run with python -m"
+            )
+        module = main_spec.name
+    spec = check_spec(f"{module}:{qualname}")
     try:
         found = import_processor(spec)
     except ProcessorImportError:
         found = None
     if found is not function:
         raise ProcessorImportError(
-            f"processes= needs an importable function, but {spec!r} does not import back to {what}"
+            f"processes= needs an importable function, but {spec!r} does not import back "
+            f"to {qualname}"
         )
     return spec
 

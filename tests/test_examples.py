@@ -75,6 +75,15 @@ EXPECTED = {
         "later: attempts=0 cancelled: not needed",
         "crunch: stopped early, soft_timed_out=True (1 completed)",
     ],
+    "child_processes.py": [
+        "completed=2 failed=2",
+        "primes: 78498",
+        "crash: the child process running the job was killed by SIGABRT "
+        "(an abort, such as a failed C assertion)",
+        "forever: timed out after 0.5 s",
+        "primes: 25",
+        "logged: True",
+    ],
     "processors.py": [
         "failed job says: width must be a positive integer, got -1",
         "attempts made: 1",

@@ -77,7 +77,10 @@ class AsyncJob(JobRecord, AsyncJobDataMixin, AsyncJobFlowMixin):
             raise InvalidOptionError(f"error must be an exception, got {type(error).__name__}")
         reason = failure_reason(error)
         limit = int(self.opts.get("stackTraceLimit", DEFAULT_STACKTRACE_LIMIT))
-        stack = [*self.stacktrace, storable_text("".join(traceback.format_exception(error)))]
+        # An error from a child process brings the child's traceback: that is where it was.
+        remote = getattr(error, "remote_traceback", None)
+        trace = remote if isinstance(remote, str) else "".join(traceback.format_exception(error))
+        stack = [*self.stacktrace, storable_text(trace)]
         stacktrace = _codec.dumps(stack[-limit:] if limit > 0 else [])
         delay = policy.retry_delay(self, error)
         if delay is None:

@@ -1,0 +1,1 @@
+"""Jobs that docs/examples/child_processes.py runs in child processes (an importable module)."""
