@@ -13,6 +13,9 @@ attempt can be interrupted where it runs:
   can swallow an exception, and a thread blocked in a C call sees it only when the call
   returns. The lease settles the job only once the processor has ended (for a child: once
   the process is dead), so a job never runs twice at once.
+
+:func:`make_runner` picks the runner for a worker's options; the runner owns what it runs on
+(a thread pool and a blocking client, or a pool of child processes) until :meth:`Runner.close`.
 """
 
 from __future__ import annotations
@@ -21,17 +24,22 @@ import asyncio
 import ctypes
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
+import redis
+from redis.asyncio import Redis
+
+from corral import _twins
 from corral._async.job import AsyncJob
 from corral._sync.job import Job
+from corral._sync.queue import Queue
 from corral._threads import DaemonThreadPool
 from corral.errors import InvalidOptionError, JobTimeoutError, JobTimeoutWarning
 
 if TYPE_CHECKING:
     from corral._processes import ProcessPool
-    from corral._sync.queue import Queue
+    from corral.worker_options import WorkerOptions
 
 #: How often a stop is repeated while the processor has not ended (seconds).
 RESTOP_S = 1.0
@@ -129,6 +137,61 @@ class Runner(Protocol):
 
     async def run(self, job: AsyncJob, fields: dict[str, str], control: Control) -> Any: ...
 
+    async def start(self) -> None:
+        """Get ready before the first job (start the child processes)."""
+
+    def resize(self, concurrency: int) -> None:
+        """The worker's concurrency changed (a thread pool grows with it)."""
+
+    async def close(self) -> None:
+        """Release what the runner runs on; no job runs any more."""
+
+
+def make_runner(
+    o: WorkerOptions,
+    client: Redis,
+    concurrency: int,
+    emit: Callable[..., Coroutine[Any, Any, None]],
+) -> Runner:
+    """Where a worker's processor runs: on the loop, in threads, or in child processes.
+
+    Args:
+        o: the worker's options (processor, ``processes``, the jobs' size limits).
+        client: the worker's client; a plain function's :class:`Job` gets a blocking twin.
+        concurrency: the worker's, to size the thread pool.
+        emit: the worker's ``emit(event, *args)``, for the jobs' ``progress`` events.
+    """
+    assert o.processor is not None
+
+    async def on_progress(job: AsyncJob, progress: Any) -> None:
+        await emit("progress", job, progress)
+
+    if o.processes is not None:
+        from corral._processes import ProcessPool  # only workers with processes= need it
+
+        p = o.processes
+        children = ProcessPool(
+            p.spec, p.size, max_memory_mb=p.max_memory_mb, max_jobs_per_child=p.max_jobs_per_child
+        )
+        return ProcessRunner(children, on_progress)
+    if o.is_async:
+        return AsyncRunner(o.processor, on_progress)
+    loop = asyncio.get_running_loop()
+
+    def on_thread_progress(job: Job, progress: Any) -> None:
+        # A sync processor runs in a thread: its progress events are emitted on the loop.
+        asyncio.run_coroutine_threadsafe(emit("progress", job, progress), loop).result()
+
+    sync_queue = Queue(
+        o.queue_name,
+        connection=_twins.sync_twin(client),
+        prefix=o.prefix,
+        max_progress_bytes=o.max_progress_bytes,
+        max_log_line_bytes=o.max_log_line_bytes,
+    )
+    threads = DaemonThreadPool(max(32, concurrency))
+    return ThreadRunner(o.processor, threads, sync_queue, on_thread_progress)
+
 
 class AsyncRunner:
     """An ``async def`` processor, run in the lease's own task."""
@@ -138,6 +201,15 @@ class AsyncRunner:
     def __init__(self, processor: Callable[[Any], Any], on_progress: Any) -> None:
         self._processor = processor
         self._on_progress = on_progress
+
+    async def start(self) -> None:
+        pass
+
+    def resize(self, concurrency: int) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
 
     async def run(self, job: AsyncJob, fields: dict[str, str], control: Control) -> Any:
         task = asyncio.current_task()
@@ -202,7 +274,8 @@ class _ThreadCall:
 
 
 class ThreadRunner:
-    """A plain function, run in a daemon thread with a :class:`Job` whose methods block."""
+    """A plain function, run in a daemon thread with a :class:`Job` whose methods block (on
+    ``queue``'s client). It owns ``pool`` and ``queue``'s client: :meth:`close` shuts them."""
 
     stoppable_on_close = False
 
@@ -217,6 +290,17 @@ class ThreadRunner:
         self._pool = pool
         self._queue = queue
         self._on_progress = on_progress
+
+    async def start(self) -> None:
+        pass
+
+    def resize(self, concurrency: int) -> None:
+        self._pool.max_workers = max(self._pool.max_workers, concurrency)
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        if isinstance(self._queue._connection, redis.Redis):
+            _twins.close_sync(self._queue._connection)
 
     async def run(self, job: AsyncJob, fields: dict[str, str], control: Control) -> Any:
         sync_job = Job.from_hash(job.queue_name, job.id, {}, token=job.token)
@@ -240,7 +324,8 @@ class ThreadRunner:
 
 class ProcessRunner:
     """A function named ``module:function``, run in a pool of child processes; what the
-    child asks of its job (progress, logs, data) is done here, on the real job."""
+    child asks of its job (progress, logs, data) is done here, on the real job. It owns
+    ``pool``: :meth:`start` starts the children, :meth:`close` stops them."""
 
     stoppable_on_close = True
 
@@ -248,6 +333,15 @@ class ProcessRunner:
         self._pool = pool
         self._on_progress = on_progress
         self._kills: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        await self._pool.start()
+
+    def resize(self, concurrency: int) -> None:
+        pass  # the pool has its size (``processes``) whatever the concurrency
+
+    async def close(self) -> None:
+        await self._pool.close()
 
     async def run(self, job: AsyncJob, fields: dict[str, str], control: Control) -> Any:
         from corral._processes import ChildJobSpec  # only workers with processes= need it
