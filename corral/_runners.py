@@ -35,7 +35,12 @@ from corral._async.job import AsyncJob
 from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._threads import DaemonThreadPool
-from corral.errors import InvalidOptionError, JobTimeoutError, JobTimeoutWarning
+from corral.errors import (
+    InvalidOptionError,
+    JobTimeoutError,
+    JobTimeoutWarning,
+    ProcessorImportError,
+)
 
 if TYPE_CHECKING:
     from corral._processes import ProcessPool
@@ -333,6 +338,9 @@ class ProcessRunner:
         self._pool = pool
         self._on_progress = on_progress
         self._kills: set[asyncio.Task[None]] = set()
+        #: Told when the pool can no longer start children (a replacement cannot import the
+        #: processor): the worker stops, as on a configuration error.
+        self.on_broken: Callable[[ProcessorImportError], None] = lambda error: None
 
     async def start(self) -> None:
         await self._pool.start()
@@ -376,5 +384,10 @@ class ProcessRunner:
         control.attach(warn, stop)
         try:
             return await run.result()
+        except ProcessorImportError as exc:
+            # No child ran it: the job goes back to wait for a worker that can run it.
+            control.cut = True
+            self.on_broken(exc)
+            raise
         finally:
             control.detach()

@@ -109,6 +109,15 @@ class Supervisor:
         """Call ``callback`` once when a configuration error stops the supervisor."""
         self._on_fatal = callback
 
+    def fail(self, error: ConfigurationError) -> None:
+        """Stop the worker for good: no retry helps (wrong settings, a processor that its
+        child processes cannot import any more). The first such error is the one raised."""
+        if self.fatal is None:
+            self.fatal = error
+            logger.error("%s: stopped: %s", self.outage.owner, error)
+            if self._on_fatal is not None:
+                self._on_fatal()
+
     def wake(self, name: str) -> None:
         """Cut short the wait before the next round of ``name``."""
         event = self._wake.get(name)
@@ -147,11 +156,7 @@ class Supervisor:
                 await self._emit("error", exc)
             return wait
         if kind == "configuration":
-            if self.fatal is None:
-                self.fatal = ConfigurationError(f"{self.outage.owner}: {_brief(exc)}")
-                logger.error("%s: stopped: %s", self.outage.owner, _brief(exc))
-                if self._on_fatal is not None:
-                    self._on_fatal()
+            self.fail(ConfigurationError(f"{self.outage.owner}: {_brief(exc)}"))
             return None
         # A bug or data the step cannot handle: say so in full once, then keep the loop alive.
         if others == 0:

@@ -40,7 +40,7 @@ from corral._finisher import Finisher
 from corral._keys import DEFAULT_PREFIX
 from corral._lease import LeaseContext
 from corral._listeners import Callback, Listeners
-from corral._runners import Runner, make_runner
+from corral._runners import ProcessRunner, Runner, make_runner
 from corral._signals import run_event_loop as run_event_loop
 from corral._signals import with_signals
 from corral._slots import Slots
@@ -353,6 +353,8 @@ class Worker:
         )
         slots.arm(queue, blocking, ctx)
         supervisor.on_fatal(self._exit_now)
+        if isinstance(runner, ProcessRunner):
+            runner.on_broken = supervisor.fail
         renewer = _upkeep.LockRenewer(queue, slots.leases.values, self._o.lock_ms)
         checker = _upkeep.StallChecker(queue, self._o.stalled_ms, self._emit)
         self._cancels = CancelListener(queue, listen, slots.leases.values)

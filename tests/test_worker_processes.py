@@ -198,9 +198,7 @@ async def test_an_active_job_cancelled_from_another_process_kills_its_child(
     try:
         pid = await child_pid(queue, job.id)
         assert cancel_from_another_process(redis_url, job.id) == "active"
-        await wait_for(
-            lambda: _state_is(queue, job.id, "failed"), "the cancelled job failed"
-        )
+        await wait_for(lambda: _state_is(queue, job.id, "failed"), "the cancelled job failed")
         assert not alive(pid)  # dead before the job was failed
     finally:
         await worker.close()
@@ -284,3 +282,18 @@ def test_bad_process_settings_are_refused_at_construction(
 ) -> None:
     with pytest.raises(error, match=message):
         Worker("q", processor, connection=redis_url, **settings)
+
+
+async def test_a_pool_that_cannot_start_children_stops_the_worker_and_loses_no_job(
+    queue: AsyncQueue, redis_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CORRAL_TEST_BREAK_MARKER", str(tmp_path / "broken"))
+    breaker = await queue.add("break", {"break": True})
+    after = await queue.add("after", {})
+    worker = Worker("q", "tests.fixtures.breaks_on_restart:act", connection=redis_url, processes=1)
+    with pytest.raises(ProcessorImportError, match="the deployment changed under the worker"):
+        await asyncio.wait_for(worker.run_async(), 60)
+    crashed = await queue.get_job(breaker.id)
+    assert crashed is not None
+    assert crashed.failed_reason == "the child process running the job exited with status 3"
+    assert await queue.get_job_state(after.id) == JobState.WAITING  # put back, never run
