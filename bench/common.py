@@ -54,4 +54,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=200)
     p.add_argument("--payload", type=int, default=0)
     p.add_argument("--max-connections", type=int, default=None)
+    # drain workers only: the processor's kind, and how many child processes run it (0: none)
+    p.add_argument("--processor", choices=("async", "sync"), default="async")
+    p.add_argument("--processes", type=int, default=0)
     return p

@@ -8,7 +8,8 @@ same protocol, so neither side pays for something the other does not. See docs/b
 
 Options: ``--quick`` (small N, one run each: a smoke check), ``--only WORKLOAD`` (repeatable or
 comma-separated), ``--runs N``, ``--json PATH``, ``--py-spy DIR`` (profile the corral drain
-workers with py-spy, which must be installed).
+workers with py-spy, which must be installed), ``--children-concurrency C[,C...]`` (the
+``drain_children`` workload, bench/drain_children.py).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Sizes:
     memory_jobs: int = 10_000
     memory_payload: int = 100
     memory_concurrency: int = 50
+    drain_children: int = 100_000
 
 
 FULL = Sizes()
@@ -75,6 +77,7 @@ QUICK = Sizes(
     drain=2000,
     latency_jobs=200,
     memory_jobs=1000,
+    drain_children=2000,
 )
 
 
@@ -415,6 +418,12 @@ class Workload:
     metrics: list[Metric]
     run: Callable[[Server, str, Sizes, argparse.Namespace, int], dict[str, Any]]
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: Chosen by a prefix of its name (``--only drain`` takes drain_1proc and drain_2proc).
+    by_prefix: bool = True
+    #: Lines printed under the table (every variant of a workload that has several).
+    report: Callable[[Workload], str] | None = None
+    #: At most this many runs per side unless ``--runs`` is given (a long workload).
+    max_runs: int | None = None
 
 
 def single_add(
@@ -591,7 +600,9 @@ DRAIN_METRICS = [
 ]
 
 
-def workloads(sz: Sizes) -> list[Workload]:
+def workloads(sz: Sizes, children_concurrency: list[int]) -> list[Workload]:
+    from bench import drain_children  # it imports this module
+
     rate = Metric("rate", "jobs/s", "higher")
     c = sz.drain_concurrency
     return [
@@ -617,6 +628,7 @@ def workloads(sz: Sizes) -> list[Workload]:
             ],
             memory,
         ),
+        drain_children.workload(sz, children_concurrency),
     ]
 
 
@@ -624,13 +636,12 @@ def select_workloads(all_: list[Workload], only: list[str]) -> list[Workload]:
     if not only:
         return all_
     wanted = [w.strip() for item in only for w in item.split(",") if w.strip()]
-    chosen = []
-    for w in all_:
-        if any(w.name == x or w.name.startswith(x + "_") for x in wanted):
-            chosen.append(w)
-    unknown = [
-        x for x in wanted if not any(w.name == x or w.name.startswith(x + "_") for w in all_)
-    ]
+
+    def picks(w: Workload, x: str) -> bool:
+        return w.name == x or (w.by_prefix and w.name.startswith(x + "_"))
+
+    chosen = [w for w in all_ if any(picks(w, x) for x in wanted)]
+    unknown = [x for x in wanted if not any(picks(w, x) for w in all_)]
     if unknown:
         names = ", ".join(w.name for w in all_)
         raise SystemExit(
@@ -653,7 +664,7 @@ def summarize(w: Workload) -> list[dict[str, Any]]:
             "better": m.better,
         }
         for side in SIDES:
-            values = [r[m.key] for r in w.runs.get(side, [])]
+            values = [r[m.key] for r in w.runs.get(side, []) if r.get(m.key) is not None]
             row[side] = {
                 "median": statistics.median(values) if values else None,
                 "min": min(values) if values else None,
@@ -685,7 +696,7 @@ def cell(stats: dict[str, Any], fmt: str, runs: int) -> str:
     if stats["median"] is None:
         return "-"
     med = fmt.format(stats["median"])
-    if runs <= 1:
+    if runs <= 1 or len(stats["runs"]) <= 1:
         return med
     return f"{med} [{fmt.format(stats['min'])}-{fmt.format(stats['max'])}]"
 
@@ -771,7 +782,8 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="WORKLOAD",
         help="single_add, bulk_add, drain (= drain_1proc + drain_2proc), "
-        "drain_1proc, drain_2proc, latency, memory; repeatable or comma-separated",
+        "drain_1proc, drain_2proc, latency, memory, drain_children; repeatable or "
+        "comma-separated",
     )
     ap.add_argument("--runs", type=int, help="runs per side (default 3, 1 with --quick)")
     ap.add_argument(
@@ -786,6 +798,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="size of the corral workers' redis-py pool (default: redis-py's)",
     )
+    ap.add_argument(
+        "--children-concurrency",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[8],
+        metavar="C[,C...]",
+        help="drain_children: the corral worker's concurrency with processes=2, one drain "
+        "each; the table shows the first (default 8, the best of 2/4/8)",
+    )
     opts = ap.parse_args(argv)
     global CORRAL_MAX_CONNECTIONS
     CORRAL_MAX_CONNECTIONS = opts.corral_max_connections
@@ -793,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
     sz = QUICK if opts.quick else FULL
     if opts.runs:
         sz = Sizes(**{**sz.__dict__, "runs": opts.runs})
-    chosen = select_workloads(workloads(sz), opts.only)
+    chosen = select_workloads(workloads(sz, opts.children_concurrency), opts.only)
     out_path = (
         Path(opts.json) if opts.json else RESULTS / ("quick.json" if opts.quick else "latest.json")
     )
@@ -815,7 +835,8 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         for w in chosen:
-            for run in range(1, sz.runs + 1):
+            runs = sz.runs if opts.runs or w.max_runs is None else min(sz.runs, w.max_runs)
+            for run in range(1, runs + 1):
                 for side in SIDES:
                     srv.flush()
                     t = time.monotonic()
@@ -823,9 +844,13 @@ def main(argv: list[str] | None = None) -> int:
                     result = w.run(srv, side, sz, opts, run)
                     result["other_load_cores"] = other.cores()
                     w.runs.setdefault(side, []).append(result)
-                    shown = ", ".join(f"{m.label} {m.fmt.format(result[m.key])}" for m in w.metrics)
+                    shown = ", ".join(
+                        f"{m.label} {m.fmt.format(result[m.key])}"
+                        for m in w.metrics
+                        if result.get(m.key) is not None
+                    )
                     print(
-                        f"  {w.name:<12} {side:<6} run {run}/{sz.runs}: {shown}  "
+                        f"  {w.name:<12} {side:<6} run {run}/{runs}: {shown}  "
                         f"({time.monotonic() - t:.1f}s, other load "
                         f"{result['other_load_cores']:.2f} cores)",
                         file=sys.stderr,
@@ -840,6 +865,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(text)
     print()
+    extra = [w.report(w) for w in chosen if w.report is not None]
+    for block in extra:
+        print(block)
+        print()
     print(
         "ratio = corral / Node medians: for jobs/s above 1 means corral is faster; for "
         "latency, CPU and memory below 1 means corral is better (lower)."
@@ -866,6 +895,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "runs": {w.name: w.runs for w in chosen},
         "table": text,
+        "reports": extra,
     }
     out_path.write_text(json.dumps(report, indent=2) + "\n")
     return 0

@@ -1,10 +1,15 @@
-"""``python -m bench.worker --mode drain|latency --concurrency C [--count N]``: a corral Worker
-on queue "bench" (default options but concurrency), in its own process.
+"""``python -m bench.worker --mode drain|latency --concurrency C [--count N] [--processor
+async|sync] [--processes P]``: a corral Worker on queue "bench" (default options but
+concurrency), in its own process.
 
 The twin of bench/node/worker.mjs (same protocol and output): prints READY once connected,
 starts on a GO line from stdin, then
 
-- drain: no-op ``async def`` processor; closes on a STOP line (or EOF); stdout ``{"ok": true}``;
+- drain: no-op processor (bench/processors.py): ``async def`` on the event loop, a plain
+  function in the worker's threads (``--processor sync``), or either one by name in P child
+  processes (``--processes P``, ``Worker(..., "bench.processors:noop", processes=P)``: the
+  pool starts inside ``run_async``, after GO, so the harness does not time the first jobs);
+  closes on a STOP line (or EOF); stdout ``{"ok": true}``;
 - latency: the processor records ``now - job.data["t"]`` in ms; once N jobs were seen it
   closes; stdout ``{"latencies_ms": [...]}``.
 
@@ -20,6 +25,7 @@ import sys
 from typing import Any
 
 import corral
+from bench import processors
 from bench.common import QUEUE, connect, parser, wall_ms
 from corral import Worker
 from corral.worker import run_event_loop
@@ -34,9 +40,6 @@ async def main() -> None:
     latencies: list[float] = []
     done = asyncio.Event()
 
-    async def noop(job: Any) -> None:
-        return None
-
     async def record(job: Any) -> None:
         latencies.append(wall_ms() - job.data["t"])
         if len(latencies) >= a.count:
@@ -45,9 +48,12 @@ async def main() -> None:
     if a.mode not in ("drain", "latency"):
         raise SystemExit(f"unknown mode {a.mode}")
     client = await connect(a.max_connections)
-    worker = Worker(
-        QUEUE, noop if a.mode == "drain" else record, connection=client, concurrency=a.concurrency
-    )
+    name = "noop" if a.processor == "sync" else "noop_async"
+    processor: Any = getattr(processors, name) if a.mode == "drain" else record
+    extra: dict[str, Any] = {}
+    if a.processes and a.mode == "drain":
+        processor, extra["processes"] = f"bench.processors:{name}", a.processes
+    worker = Worker(QUEUE, processor, connection=client, concurrency=a.concurrency, **extra)
     await worker._open()  # connect and check the server now, as Node's waitUntilReady() does
     print("READY", flush=True)
     go = await _line()

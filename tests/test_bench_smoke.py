@@ -1,4 +1,4 @@
-"""Smoke checks of the benchmark harnesses: a tiny run of ``make bench`` (one workload) and
+"""Smoke checks of the benchmark harnesses: tiny runs of ``make bench`` (two workloads) and
 of ``python -m bench.chaos`` (three of its scenarios).
 
 Both start their own servers (not the suite's). The first runs the corral and the Node BullMQ
@@ -51,6 +51,44 @@ def test_bench_quick_single_add(tmp_path: Path) -> None:
     assert summary["ratio"] == pytest.approx(
         summary["corral"]["median"] / summary["node"]["median"]
     )
+
+
+@pytest.mark.interop
+def test_bench_quick_drain_children(tmp_path: Path) -> None:
+    """The child-process drain at its quick size (issue 11): one worker process per variant,
+    corral's processes=2 and BullMQ's sandboxed processor each running two children."""
+    if server.find_binary() is None:
+        pytest.skip("no valkey-server/redis-server binary available")
+    if shutil.which("node") is None or not (ROOT / "tests/interop/node_modules/bullmq").is_dir():
+        pytest.fail("Node BullMQ is not installed: run `make test`")
+    out = tmp_path / "quick.json"
+    # One children variant (c=4) instead of the default two: the run stays ~10 s.
+    args = ["--quick", "--only", "drain_children", "--children-concurrency", "4"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *args, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "corral children / in-process (threads, c=2): " in proc.stdout, proc.stdout
+    assert "corral children / Node sandboxed: " in proc.stdout, proc.stdout
+
+    report = json.loads(out.read_text())
+    rows = {row["key"]: row for row in report["summary"]}
+    assert rows["rate_sync"]["node"]["median"] is None  # Node has no threads
+    for key in ("rate_async", "rate_children", "children_over_inproc"):
+        assert rows[key]["corral"]["median"] > 0 and rows[key]["node"]["median"] > 0, key
+    ((corral,), (node,)) = report["runs"]["drain_children"].values()
+    assert set(corral["variants"]) == {"sync", "async", "children_c4"}
+    assert set(node["variants"]) == {"async", "children_c2"}
+    for side in (corral, node):
+        for name, variant in side["variants"].items():
+            assert variant["failed"] == 0 and variant["rate"] > 0, name
+            # Two children under the worker exactly when the processor runs in children.
+            assert variant["child_processes"] == (2 if name.startswith("children") else 0), name
 
 
 def test_chaos_quick(tmp_path: Path) -> None:

@@ -1,13 +1,18 @@
-// worker.mjs --mode drain|latency --concurrency C [--count N]
+// worker.mjs --mode drain|latency --concurrency C [--count N] [--sandboxed 1]
 // A Node BullMQ Worker on queue "bench" (default options but concurrency, autorun off).
 // Prints READY once its connection is ready, starts on a GO line from stdin, then:
 //   drain:   no-op processor; closes on a STOP line (or EOF); stdout {"ok": true};
+//            with --sandboxed 1 it is BullMQ's sandboxed processor: the path of
+//            noop_processor.cjs, run in child processes (useWorkerThreads: false), which
+//            BullMQ starts as the first jobs arrive (after GO: the harness does not time
+//            the first jobs);
 //   latency: the processor records (now - job.data.t) in ms; once N jobs were seen it
 //            closes; stdout {"latencies_ms": [...]}.
+import { fileURLToPath } from 'node:url';
 import { Worker, QUEUE, PREFIX, connect, emit, parseArgs, run, stdinLines, wallMs } from './common.mjs';
 
 run(async () => {
-  const a = parseArgs(process.argv.slice(2), { concurrency: '1', count: '0' });
+  const a = parseArgs(process.argv.slice(2), { concurrency: '1', count: '0', sandboxed: '0' });
   const concurrency = Number(a.concurrency);
   const count = Number(a.count);
   const nextLine = stdinLines();
@@ -16,7 +21,11 @@ run(async () => {
   const done = new Promise((resolve) => { resolveDone = resolve; });
 
   let processor;
-  if (a.mode === 'drain') {
+  const extra = {};
+  if (a.mode === 'drain' && a.sandboxed === '1') {
+    processor = fileURLToPath(new URL('./noop_processor.cjs', import.meta.url));
+    extra.useWorkerThreads = false; // child processes, as corral's processes=
+  } else if (a.mode === 'drain') {
     processor = async () => {};
   } else if (a.mode === 'latency') {
     processor = async (job) => {
@@ -28,7 +37,9 @@ run(async () => {
   }
 
   const connection = connect();
-  const worker = new Worker(QUEUE, processor, { connection, prefix: PREFIX, concurrency, autorun: false });
+  const worker = new Worker(QUEUE, processor, {
+    connection, prefix: PREFIX, concurrency, autorun: false, ...extra,
+  });
   worker.on('error', (err) => console.error(`worker error: ${err.message}`));
   await worker.waitUntilReady();
   process.stdout.write('READY\n');
