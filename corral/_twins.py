@@ -3,7 +3,9 @@
 A worker needs a connection for ``BZPOPMIN`` (it waits longer than redis-py's default read
 timeout allows) and, for plain-function processors, a synchronous client for the ``Job``
 they receive. Both copy the settings of the client the worker was given or opened, on pools
-of their own, which :func:`close_async` / :func:`close_sync` shut.
+of their own, which :func:`close_async` / :func:`close_sync` shut. A client of a Sentinel
+master gets twins that ask the same sentinels for the master (:mod:`corral._async._sentinel`),
+so they follow a failover as it does.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from corral._async import _sentinel as async_sentinel
+from corral._sync import _sentinel as sync_sentinel
+
 
 def pool_settings(client: redis.asyncio.Redis, **overrides: Any) -> dict[str, Any]:
     """``client``'s connection settings, without redis-py's per-pool internals."""
@@ -20,6 +25,7 @@ def pool_settings(client: redis.asyncio.Redis, **overrides: Any) -> dict[str, An
         k: v
         for k, v in client.connection_pool.connection_kwargs.items()
         if not k.startswith(("maint_notifications", "orig_", "himport"))
+        and k != "connection_pool"  # a Sentinel connection's link back to its own pool
     }
     kwargs.update(overrides)
     return kwargs
@@ -31,6 +37,9 @@ def blocking_twin(
     """An asyncio client for blocking reads of up to ``read_timeout`` seconds, named
     ``client_name`` on the server (what ``get_workers`` lists)."""
     pool = client.connection_pool
+    if async_sentinel.is_sentinel_pool(pool):
+        settings = pool_settings(client, socket_timeout=read_timeout, client_name=client_name)
+        return async_sentinel.twin(pool, **settings)
     return redis.asyncio.Redis(
         connection_pool=type(pool)(
             connection_class=pool.connection_class,
@@ -43,6 +52,8 @@ def sync_twin(client: redis.asyncio.Redis) -> redis.Redis:
     """A blocking client with ``client``'s settings (redis-py names the matching pool and
     connection classes alike in both APIs)."""
     pool = client.connection_pool
+    if async_sentinel.is_sentinel_pool(pool):
+        return sync_sentinel.twin(pool, **pool_settings(client))
     pool_class = getattr(redis.connection, type(pool).__name__)
     connection_class = getattr(redis.connection, pool.connection_class.__name__)
     return redis.Redis(

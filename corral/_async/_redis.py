@@ -11,8 +11,10 @@ from redis.asyncio.connection import parse_url
 from redis.exceptions import NoScriptError, ResponseError
 
 from corral import _wire, connection
+from corral._async._sentinel import open_sentinel_client
 from corral._scripts import Script
 from corral._wire import AsyncWire
+from corral.connection import is_sentinel_url, parse_sentinel_url
 from corral.errors import (
     ConfigurationError,
     InvalidOptionError,
@@ -31,14 +33,29 @@ def open_client(
     """A client for ``conn``: a given client is used as is; a URL or ``None`` is resolved.
 
     redis-py's default pool refuses a command when all its connections are busy ("Too many
-    connections"); a blocking pool makes it wait for one, which is what a queue wants.
+    connections"); a blocking pool makes it wait for one, which is what a queue wants. A
+    ``redis+sentinel://`` URL gives a client of the master its sentinels name (and follow).
+
+    Raises:
+        InvalidOptionError: a bad Sentinel URL given as ``conn``.
+        ConfigurationError: a bad Sentinel URL in ``CORRAL_REDIS_URL`` or ``REDIS_URL``.
     """
     if isinstance(conn, Redis):
         if not conn.connection_pool.connection_kwargs.get("decode_responses"):
             raise ConfigurationError("pass a client created with decode_responses=True")
         return conn
+    url = connection.resolve_url(conn)
+    if is_sentinel_url(url):
+        source = connection.url_source(conn)
+        try:
+            settings = parse_sentinel_url(url, name=source)
+        except InvalidOptionError as exc:
+            if source == "connection":
+                raise
+            raise ConfigurationError(str(exc)) from None
+        return open_sentinel_client(settings, max_connections=max_connections)
     pool = BlockingConnectionPool.from_url(
-        connection.resolve_url(conn),
+        url,
         decode_responses=True,
         max_connections=max_connections,
         timeout=None,
@@ -86,6 +103,9 @@ def check_connection(connection: Any) -> str | Redis | None:
         raise InvalidOptionError(
             f"connection must be a redis:// URL or a client, got {type(connection).__name__}"
         )
+    if is_sentinel_url(connection):
+        parse_sentinel_url(connection)
+        return connection
     try:
         parse_url(connection)  # type: ignore[no-untyped-call, unused-ignore]
     except ValueError as exc:  # also a bad port, host or an unknown scheme
