@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from corral import AsyncJob, AsyncQueue, AsyncQueueEvents, Queue, Worker
+from corral import AsyncJob, AsyncQueue, AsyncQueueEvents, Queue, Worker, _twins, _wire
 from tests.faults.harness import Fleet, add_jobs, audit, eventually
 from tests.sentinel.conftest import SERVICE, Deployment
 
@@ -21,6 +21,17 @@ async def test_queue_worker_and_events_through_the_sentinels(deployment: Deploym
             job = await queue.add("a", {"x": 1})
             assert (await queue.get_job(job.id)) is not None
             assert r.llen("bull:q:wait") == 1  # written on the master the sentinels name
+            client = await queue.client()
+            assert _wire.params_of(client) is None  # redis-py's connections, not the wire's
+            twin = _twins.blocking_twin(client, read_timeout=6, client_name="w")
+            sync = _twins.sync_twin(client)
+            try:  # the twins ask the sentinels too: on pools of their own, same master
+                assert twin.connection_pool is not client.connection_pool
+                assert await twin.ping() and sync.ping()
+                assert twin.connection_pool.master_address == client.connection_pool.master_address
+            finally:
+                await _twins.close_async(twin)
+                _twins.close_sync(sync)
         with Queue("q", connection=url) as sync_queue:  # the blocking API's own pool
             sync_queue.add("b", {"x": 2})
             assert sync_queue.get_job_counts("wait") == {"wait": 2}
