@@ -54,7 +54,6 @@ from corral.errors import (
     script_error,
     server_error_kind,
 )
-from corral.options import SOFT_TIMEOUT_KEY, TIMEOUT_KEY
 from corral.retry import RetryPolicy
 
 logger = logging.getLogger("corral.worker")
@@ -228,15 +227,15 @@ class Lease:
 
     def _arm(self, job: AsyncJob) -> None:
         """Start the job's clocks: its own ``timeout``/``soft_timeout``, else the worker's."""
-        ctx, opts = self._ctx, job.opts
-        hard = opts.get(TIMEOUT_KEY) if job.timeout else ctx.timeout_ms
-        soft = opts.get(SOFT_TIMEOUT_KEY) if job.soft_timeout else ctx.soft_timeout_ms
-        if hard and soft and soft >= hard:
+        ctx, own_hard, own_soft = self._ctx, job.timeout, job.soft_timeout
+        hard = round(own_hard * 1000) if own_hard else ctx.timeout_ms
+        soft = round(own_soft * 1000) if own_soft else ctx.soft_timeout_ms
+        if hard and soft >= hard:
             soft = 0  # the job's own timeout is shorter than the worker's soft one
         now = time.time()
         job.deadline = now + hard / 1000 if hard else None
         job.soft_deadline = now + soft / 1000 if soft else None
-        self._control.arm(int(hard or 0), int(soft or 0))
+        self._control.arm(hard, soft)
 
     async def _process(self, job: AsyncJob) -> _scripts.Fetched | None:
         ctx = self._ctx

@@ -23,6 +23,17 @@ import redis
 from corral import server as corral_server
 
 
+def stop_process(process: subprocess.Popen[bytes] | None) -> None:
+    """Stop a server this session started (SIGTERM, then SIGKILL after 10 s) and reap it."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 @dataclass
 class ServerProcess:
     """A server process this test session started (``extra``: more server arguments, which
@@ -73,13 +84,7 @@ class ServerProcess:
                 time.sleep(0.02)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self.process = None
 
 

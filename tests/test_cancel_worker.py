@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from corral import AsyncJob, AsyncQueue, Job, JobState, Worker
+from tests.faults.harness import eventually
 from tests.test_worker import drive, finished
 
 
@@ -26,6 +27,7 @@ async def queue(redis_url: str) -> Any:
 
 
 def cancel_from_another_process(redis_url: str, job_id: str, reason: str) -> str:
+    """``Queue("q").cancel(job_id, reason)`` in a process of its own; what it returned."""
     code = (
         "import sys; from corral import Queue\n"
         "with Queue('q', connection=sys.argv[1]) as q: print(q.cancel(sys.argv[2], sys.argv[3]))"
@@ -41,11 +43,10 @@ def cancel_from_another_process(redis_url: str, job_id: str, reason: str) -> str
 
 
 async def wait_for_state(queue: AsyncQueue, job_id: str, state: str) -> None:
-    for _ in range(1000):
-        if await queue.get_job_state(job_id) == state:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"job {job_id} never became {state}")
+    async def there() -> bool:
+        return await queue.get_job_state(job_id) == state
+
+    await eventually(there, f"job {job_id} {state}")
 
 
 seen: list[str] = []

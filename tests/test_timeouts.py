@@ -21,6 +21,7 @@ from corral import (
     JobTimeoutWarning,
     Worker,
 )
+from tests.test_cancel_worker import wait_for_state
 from tests.test_worker import drive, finished
 
 
@@ -114,19 +115,12 @@ async def test_a_thread_blocked_in_a_c_call_keeps_its_job_until_it_returns(
             await asyncio.sleep(0.05)
         assert await queue.get_job_state(job.id) == "active"  # well past its 0.2 s deadline
         release.set()
-        await drive_until(queue, job.id)
+        await wait_for_state(queue, job.id, "failed")
         assert (await queue.get_job(job.id)).failed_reason == "timed out after 0.2 s"  # type: ignore[union-attr]
     finally:
         release.set()
         await worker.close()
         await task
-
-
-async def drive_until(queue: AsyncQueue, job_id: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while await queue.get_job_state(job_id) not in ("completed", "failed"):
-        assert time.monotonic() < deadline, "the job did not finish"
-        await asyncio.sleep(0.02)
 
 
 async def soft_async(job: AsyncJob) -> str:

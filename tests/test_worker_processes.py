@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -19,6 +17,8 @@ from corral import (
     ProcessorImportError,
     Worker,
 )
+from tests.faults.harness import eventually
+from tests.test_cancel_worker import cancel_from_another_process, wait_for_state
 from tests.test_worker import drive, finished
 
 ACT = "tests.fixtures.worker_children:act"
@@ -147,27 +147,16 @@ async def test_children_are_recycled_after_max_jobs_per_child(
     assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4] == pids[5]
 
 
-def cancel_from_another_process(redis_url: str, job_id: str) -> str:
-    code = (
-        "import sys; from corral import Queue\n"
-        "with Queue('q', connection=sys.argv[1]) as q: print(q.cancel(sys.argv[2], 'stop'))"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code, redis_url, job_id],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout.strip()
-
-
 async def wait_for(check: Any, what: str) -> Any:
-    for _ in range(2000):
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never: {what}")
+    """Poll ``check`` until it returns something true, and return that."""
+    found: list[Any] = []
+
+    async def ready() -> bool:
+        found[:] = [await check()]
+        return bool(found[0])
+
+    await eventually(ready, what)
+    return found[0]
 
 
 def alive(pid: int) -> bool:
@@ -197,8 +186,8 @@ async def test_an_active_job_cancelled_from_another_process_kills_its_child(
     task = asyncio.create_task(worker.run_async())
     try:
         pid = await child_pid(queue, job.id)
-        assert cancel_from_another_process(redis_url, job.id) == "active"
-        await wait_for(lambda: _state_is(queue, job.id, "failed"), "the cancelled job failed")
+        assert cancel_from_another_process(redis_url, job.id, "stop") == "active"
+        await wait_for_state(queue, job.id, "failed")
         assert not alive(pid)  # dead before the job was failed
     finally:
         await worker.close()
@@ -206,10 +195,6 @@ async def test_an_active_job_cancelled_from_another_process_kills_its_child(
     done = await queue.get_job(job.id)
     assert done is not None
     assert (done.failed_reason, done.attempts_made) == ("cancelled: stop", 1)
-
-
-async def _state_is(queue: AsyncQueue, job_id: str, state: str) -> bool:
-    return await queue.get_job_state(job_id) == state
 
 
 async def test_close_kills_running_children_before_the_job_goes_back(

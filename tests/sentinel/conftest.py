@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.conftest import free_port, server_binary
+from tests.conftest import free_port, server_binary, stop_process
 from tests.faults.harness import FaultServer
 
 SERVICE = "mymaster"
@@ -54,13 +54,7 @@ class SentinelProcess:
         return redis.Redis(port=self.port, decode_responses=True, socket_timeout=5)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self.process = None
 
 
