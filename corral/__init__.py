@@ -12,12 +12,14 @@ from corral._async.flow import AsyncFlowProducer
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
 from corral._async.queue_events import AsyncQueueEvents
+from corral._async.sharded_queue import AsyncShardedQueue
 from corral._burst import RunSummary
 from corral._child_job import AsyncChildJob, ChildJob
 from corral._sync.flow import FlowProducer
 from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._sync.queue_events import QueueEvents
+from corral._sync.sharded_queue import ShardedQueue
 from corral._version import __version__
 from corral.errors import (
     BulkAddError,
@@ -25,6 +27,7 @@ from corral.errors import (
     ChildProcessDied,
     ConfigurationError,
     CorralError,
+    CrossSlotError,
     DelayedError,
     FlowAddError,
     InvalidOptionError,
@@ -41,6 +44,7 @@ from corral.errors import (
     LockMissingError,
     MemoryLimitError,
     NotActiveError,
+    NotDurableError,
     ParentNotFoundError,
     ProcessorImportError,
     QueueBusyError,
@@ -62,12 +66,14 @@ __all__ = [
     "AsyncJob",
     "AsyncQueue",
     "AsyncQueueEvents",
+    "AsyncShardedQueue",
     "BulkAddError",
     "ChildJob",
     "ChildJobError",
     "ChildProcessDied",
     "ConfigurationError",
     "CorralError",
+    "CrossSlotError",
     "DelayedError",
     "FlowAddError",
     "FlowJob",
@@ -92,6 +98,7 @@ __all__ = [
     "LockMissingError",
     "MemoryLimitError",
     "NotActiveError",
+    "NotDurableError",
     "ParentNotFoundError",
     "ProcessorImportError",
     "Queue",
@@ -101,6 +108,7 @@ __all__ = [
     "RunSummary",
     "ServerNotAvailable",
     "ServerReplyError",
+    "ShardedQueue",
     "UnfinishedFlow",
     "UnrecoverableError",
     "WaitingChildrenError",

@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from corral import _twins
 from corral._async._redis import check_server, open_client_off_loop
 from corral._async.queue import AsyncQueue
+from corral._keys import QueueKeys
 from corral._supervisor import Outage
 from corral.errors import ConfigurationError, server_error_kind
 from corral.worker_options import WorkerOptions
@@ -56,7 +57,11 @@ class WorkerConnections:
             ConfigurationError: the server refused the worker's settings.
         """
         o = self._o
-        client = await open_client_off_loop(o.connection, max_connections=max_connections)
+        client = await open_client_off_loop(
+            o.connection,
+            max_connections=max_connections,
+            slot_key=QueueKeys(o.queue_name, o.prefix).base,
+        )
         owned = client is not o.connection
         try:
             await check_server(client, strict=o.strict, owned=owned)

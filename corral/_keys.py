@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from redis.crc import key_slot
+
 #: BullMQ's default prefix: Node BullMQ and bull-board see corral's queues with no settings.
 DEFAULT_PREFIX = "bull"
 
@@ -33,6 +35,24 @@ SCRIPT_KEY_SUFFIXES: tuple[str, ...] = (
     "limiter",
     "id",
 )
+
+
+def hash_tag(name: str) -> str | None:
+    """The hash tag of a key that starts with ``name`` (the text between the first ``{`` and
+    the first ``}`` after it, when not empty), or ``None`` when ``name`` holds no complete one:
+    then keys ``name:...`` are hashed whole and spread over the cluster's slots."""
+    start = name.find("{")
+    if start < 0:
+        return None
+    end = name.find("}", start + 1)
+    return name[start + 1 : end] if end > start + 1 else None
+
+
+def slot_of(name: str) -> int | None:
+    """The one Redis Cluster hash slot of every key ``name:...``, or ``None`` when they do not
+    share one (``name`` holds no hash tag)."""
+    tag = hash_tag(name)
+    return None if tag is None else int(key_slot(tag.encode()))
 
 
 @dataclass(frozen=True, slots=True)

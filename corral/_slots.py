@@ -9,6 +9,10 @@ run (close began meanwhile, concurrency dropped, the run's ``max_jobs`` was reac
 to wait through :class:`~corral._fetch_tokens.FetchTokens`. The worker sizes and stops the
 slots; everything a job does per fetch and per finish happens here, on this object's own
 attributes.
+
+The slots of one shard of a ``Worker(shards=N)`` draw on a
+:class:`~corral._rotation.Rotation` that all its shards share (``rotation``), rather than on
+a concurrency of their own; without one (``shards=1``) nothing here asks it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from corral._async.queue import AsyncQueue
 from corral._burst import RunLimits, StopReason
 from corral._fetch_tokens import FetchTokens
 from corral._lease import Lease, LeaseContext
+from corral._rotation import Rotation
 from corral._supervisor import Outage
 from corral.clock import now_ms
 from corral.worker_options import WorkerOptions
@@ -69,6 +74,8 @@ class Slots:
         self._blocking: Redis | None = None
         self._ctx: LeaseContext | None = None
         self._block_task: asyncio.Task[Any] | None = None
+        #: The slots shared with the other shards of a sharded worker (``None``: its own).
+        self.rotation: Rotation | None = None
 
     # -- asked by the worker -------------------------------------------------------------
 
@@ -87,6 +94,8 @@ class Slots:
         self.freed.set()
         if self._block_task is not None:
             self._block_task.cancel()
+        if self.rotation is not None:
+            self.rotation.leave(self)
 
     def end_run(self, reason: StopReason) -> None:
         """A bound of the run was reached: stop fetching; running jobs finish."""
@@ -95,6 +104,10 @@ class Slots:
             self.stop_reason = reason
             self.closing = True
             self.freed.set()
+            if self.rotation is not None:  # another shard reached the run's bound
+                self.rotation.leave(self)
+                if self._block_task is not None:
+                    self._block_task.cancel()
 
     async def settle(self) -> None:
         """Return once every lease has settled (a slot may start its next job meanwhile)."""
@@ -105,6 +118,8 @@ class Slots:
 
     def want_next(self) -> bool:
         # Asked by a finishing lease, itself still counted among the leases.
+        if self.rotation is not None:
+            return not self.closing and self.rotation.may_keep(self) and self.limits.room(1) > 0
         return not self.closing and len(self.leases) <= self.concurrency and self.limits.room(1) > 0
 
     async def fetch_step(self) -> float:
@@ -114,7 +129,10 @@ class Slots:
         if self.lost:
             assert self._queue is not None
             await self.tokens.release(self._queue)
-        free = self.limits.room(self.concurrency - len(self.leases))
+        if self.rotation is None:
+            free = self.limits.room(self.concurrency - len(self.leases))
+        else:
+            free = self.limits.room(self.rotation.room(self))
         if free <= 0:
             if not self.leases and not self.limits.room(1):
                 self.end_run("max_jobs")
@@ -123,7 +141,7 @@ class Slots:
             await self.freed.wait()
             return 0
         assert self._queue is not None
-        fetched, wake = await self.move_to_active(self._queue, free)
+        fetched, wake = await self._take(free)
         self._outage.succeeded()
         if self.closing and fetched:
             # Close began while the fetch was on its way: these jobs go back, not run.
@@ -136,6 +154,24 @@ class Slots:
             for f in fetched:
                 self._start(f)
             return 0
+        return await self._idle(wake)
+
+    async def _take(self, count: int) -> tuple[list[_scripts.Fetched], int]:
+        """The fetch of a step; with a rotation, its slots are reserved while it is out (no
+        other shard may fill them), and given back as its reply comes, before anything else
+        runs: its jobs become leases then, and what it did not fill is passed on."""
+        assert self._queue is not None
+        rotation = self.rotation
+        if rotation is None:
+            return await self.move_to_active(self._queue, count)
+        rotation.reserve(count)
+        try:
+            return await self.move_to_active(self._queue, count)
+        finally:
+            rotation.unreserve(count)
+
+    async def _idle(self, wake: int) -> float:
+        """Nothing was fetched: say so once (``drained``), end a burst, or wait for work."""
         if not self._drained and not self.leases:
             self._drained = True
             await self._emit("drained")
@@ -215,6 +251,12 @@ class Slots:
         self.tasks.add(task)
         task.add_done_callback(self._slot_done)
 
+    def _may_start(self) -> bool:
+        """Whether a job a finish took may run (the concurrency was not lowered meanwhile)."""
+        if self.rotation is None:
+            return len(self.leases) < self.concurrency
+        return self.rotation.may_start()
+
     def _lease(self, fetched: _scripts.Fetched) -> Lease:
         # Counted at once, before its task runs: the fetch loop sizes fetches by the leases.
         assert self._ctx is not None
@@ -225,6 +267,8 @@ class Slots:
     def _slot_done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
         self.freed.set()
+        if self.rotation is not None:
+            self.rotation.wake()
         if not task.cancelled() and task.exception() is not None:
             logger.error("worker slot crashed", exc_info=task.exception())
 
@@ -236,10 +280,12 @@ class Slots:
             finally:
                 del self.leases[lease.token]
                 self.freed.set()
+                if self.rotation is not None:
+                    self.rotation.wake()
             lease = None
             if fetched is None:
                 break
-            if self.closing or len(self.leases) >= self.concurrency or not self.limits.room(1):
+            if self.closing or not self._may_start() or not self.limits.room(1):
                 # Taken while close began, concurrency dropped or the run's max_jobs was
                 # reached: back to wait, unstarted.
                 self.tokens.fetch_lost(int(fetched.token.rpartition(":")[2]), 1)

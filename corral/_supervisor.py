@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from corral import backoff
+from corral import _tls, backoff
 from corral.clock import monotonic
 from corral.errors import ConfigurationError, server_error_kind
 
@@ -156,7 +156,9 @@ class Supervisor:
                 await self._emit("error", exc)
             return wait
         if kind == "configuration":
-            self.fail(ConfigurationError(f"{self.outage.owner}: {_brief(exc)}"))
+            # A certificate refused on a reconnect reads as at the first contact.
+            why = _tls.explain(exc) or _brief(exc)
+            self.fail(ConfigurationError(f"{self.outage.owner}: {why}"))
             return None
         # A bug or data the step cannot handle: say so in full once, then keep the loop alive.
         if others == 0:

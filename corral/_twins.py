@@ -5,7 +5,8 @@ timeout allows) and, for plain-function processors, a synchronous client for the
 they receive. Both copy the settings of the client the worker was given or opened, on pools
 of their own, which :func:`close_async` / :func:`close_sync` shut. A client of a Sentinel
 master gets twins that ask the same sentinels for the master (:mod:`corral._async._sentinel`),
-so they follow a failover as it does.
+so they follow a failover as it does; a client of a cluster's slot gets twins of the same slot
+(:mod:`corral._async._cluster`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from corral._async import _cluster as async_cluster
 from corral._async import _sentinel as async_sentinel
+from corral._sync import _cluster as sync_cluster
 from corral._sync import _sentinel as sync_sentinel
 
 
@@ -40,6 +43,9 @@ def blocking_twin(
     if async_sentinel.is_sentinel_pool(pool):
         settings = pool_settings(client, socket_timeout=read_timeout, client_name=client_name)
         return async_sentinel.twin(pool, **settings)
+    if async_cluster.is_cluster_pool(pool):
+        settings = pool_settings(client, socket_timeout=read_timeout, client_name=client_name)
+        return async_cluster.twin(pool, **settings)
     return redis.asyncio.Redis(
         connection_pool=type(pool)(
             connection_class=pool.connection_class,
@@ -54,6 +60,8 @@ def sync_twin(client: redis.asyncio.Redis) -> redis.Redis:
     pool = client.connection_pool
     if async_sentinel.is_sentinel_pool(pool):
         return sync_sentinel.twin(pool, **pool_settings(client))
+    if async_cluster.is_cluster_pool(pool):
+        return sync_cluster.twin(pool, **pool_settings(client))
     pool_class = getattr(redis.connection, type(pool).__name__)
     connection_class = getattr(redis.connection, pool.connection_class.__name__)
     return redis.Redis(

@@ -6,10 +6,13 @@ to run the Lua of an add or a finish. corral's script calls go over an :class:`A
 instead: one asyncio protocol per queue object, replies parsed by hiredis, and any number of
 callers pipelined on the one socket, answered in the order they asked (RESP guarantees it).
 
-Only what this module fully understands takes that path: plain TCP or Unix socket
-connections speaking RESP2, with an optional user/password, database and client name. TLS,
-credential providers, RESP3 and other connection classes keep redis-py's path, as does the
-blocking API (its ``Wire`` never opens; redis-py's synchronous client is lean already).
+Only what this module fully understands takes that path: TCP (plain or TLS) or Unix socket
+connections speaking RESP2, with an optional user/password, database and client name. A TLS
+connection uses the very ``ssl.SSLContext`` redis-py's ``SSLConnection`` builds from the same
+settings (CA, client certificate, verification mode, host name check), and the same server
+name (the host). Credential providers, RESP3 and other connection classes keep redis-py's
+path, as does the blocking API (its ``Wire`` never opens; redis-py's synchronous client is
+lean already).
 Errors are redis-py's own exceptions, parsed by redis-py's rules, so callers cannot tell the
 two paths apart.
 
@@ -28,12 +31,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections import deque
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import hiredis
 from redis._parsers.base import BaseParser
-from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -100,12 +104,18 @@ class Params(NamedTuple):
     keepalive: bool = False
     keepalive_options: tuple[tuple[int, int], ...] = ()
     health_check_interval: float = 0.0
+    #: The TLS context of a ``rediss://`` connection (``None``: plain TCP or Unix socket).
+    tls: ssl.SSLContext | None = None
+
+
+#: The connection classes whose settings the wire reproduces exactly.
+_CONNECTION_CLASSES = (Connection, SSLConnection, UnixDomainSocketConnection)
 
 
 def params_of(client: Any) -> Params | None:
     """The wire's settings for the asyncio ``client``, or ``None`` when redis-py must do it."""
     pool = getattr(client, "connection_pool", None)
-    if pool is None or pool.connection_class not in (Connection, UnixDomainSocketConnection):
+    if pool is None or pool.connection_class not in _CONNECTION_CLASSES:
         return None
     # An unconnected connection object resolves the pool's settings and their defaults.
     conn = pool.connection_class(**pool.connection_kwargs)
@@ -127,6 +137,8 @@ def params_of(client: Any) -> Params | None:
         keepalive=bool(getattr(conn, "socket_keepalive", False)),
         keepalive_options=tuple((getattr(conn, "socket_keepalive_options", None) or {}).items()),
         health_check_interval=float(getattr(conn, "health_check_interval", 0) or 0),
+        # redis-py's own context for these settings, built as its SSLConnection builds it.
+        tls=conn.ssl_context.get() if isinstance(conn, SSLConnection) else None,
     )
 
 
@@ -278,6 +290,7 @@ class _Protocol(asyncio.Protocol):
             self.lost = RedisConnectionError(
                 "Connection closed by server." if exc is None else f"Connection lost: {exc}"
             )
+            self.lost.__cause__ = exc  # a TLS alert (a refused certificate) stays readable
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
@@ -292,8 +305,18 @@ class _Protocol(asyncio.Protocol):
         if self.lost is None:
             self.lost = reason
         if self.transport is not None:
-            self.transport.close()
+            self.shut()
         self.connection_lost(None)
+
+    def shut(self) -> None:
+        """Close the socket. A TLS one is aborted: a graceful close waits (up to 30 s) for
+        the peer's answer to its close_notify, and its socket would outlive a loop that ends
+        before; nothing is lost, as a closed wire's callers have their answer already."""
+        assert self.transport is not None
+        if self.params.tls is not None:
+            self.transport.abort()
+        else:
+            self.transport.close()
 
 
 class AsyncWire:
@@ -362,7 +385,8 @@ class AsyncWire:
         if p.path:
             connecting = loop.create_unix_connection(lambda: protocol, p.path)
         else:
-            connecting = loop.create_connection(lambda: protocol, p.host, p.port)
+            # With TLS the server name is the host, as for redis-py's SSLConnection.
+            connecting = loop.create_connection(lambda: protocol, p.host, p.port, ssl=p.tls)
         try:
             await asyncio.wait_for(connecting, p.connect_timeout or DEFAULT_CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError) as exc:
@@ -403,9 +427,8 @@ class AsyncWire:
         # its socket until the loop closes; nothing can be waiting on an unreachable wire.
         protocol = self._protocol
         if protocol is not None and protocol.transport is not None:
-            transport = protocol.transport
             with contextlib.suppress(RuntimeError):  # the loop is closed already
-                transport.close()
+                protocol.shut()
 
 
 class Wire:

@@ -131,6 +131,13 @@ def _import_processor(spec: str) -> Any:
     is_flag=True,
     help="Exit with status 1 when a job failed for good during the run.",
 )
+@click.option(
+    "--shards",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Work a sharded queue of this many shards (the producers' count).",
+)
 def worker_command(
     processor: str,
     queue_name: str,
@@ -148,6 +155,7 @@ def worker_command(
     max_jobs: int | None,
     max_time: float | None,
     fail_on_job_failure: bool,
+    shards: int,
 ) -> None:
     """Run PROCESSOR (module:function) on the jobs of a queue until SIGINT or SIGTERM (or,
     with --burst, --max-jobs or --max-time, until the run is over)."""
@@ -169,10 +177,12 @@ def worker_command(
             max_jobs_per_child=max_jobs_per_child,
             timeout=timeout,
             soft_timeout=soft_timeout,
+            shards=shards,
         )
         click.echo(
             f"corral worker: queue={queue_name} concurrency={worker.concurrency} "
             f"processes={processes or 0} pid={os.getpid()}"
+            + (f" shards={shards}" if shards > 1 else "")
         )
         summary = worker.run(
             burst=burst, burst_wait=burst_wait, max_jobs=max_jobs, max_time=max_time
@@ -238,6 +248,13 @@ def demo_command(jobs: int, concurrency: int, seed: int) -> None:
     help="Times the add is sent again while the server is away (about 1.5 s for 5); a "
     "resend never creates a second job.",
 )
+@click.option(
+    "--shards",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="QUEUE is a sharded queue of this many shards (the workers' count).",
+)
 def enqueue_command(
     queue_name: str,
     name: str,
@@ -251,6 +268,7 @@ def enqueue_command(
     url: str | None,
     prefix: str,
     retries: int,
+    shards: int,
 ) -> None:
     """Add one job to QUEUE and print its id (for system cron: cron enqueues, workers run).
 
@@ -261,7 +279,7 @@ def enqueue_command(
 
     import redis
 
-    from corral._sync.queue import Queue
+    from corral._sync.sharded_queue import ShardedQueue
     from corral.errors import CorralError
 
     try:
@@ -286,7 +304,9 @@ def enqueue_command(
     level = queue_logger.level
     queue_logger.setLevel(logging.ERROR)
     try:
-        with Queue(queue_name, connection=url, prefix=prefix, add_retries=retries) as queue:
+        with ShardedQueue(
+            queue_name, shards=shards, connection=url, prefix=prefix, add_retries=retries
+        ) as queue:  # shards=1 is the plain queue
             job = queue.add(name, payload, **options)
     except CorralError as exc:
         raise click.ClickException(str(exc)) from None

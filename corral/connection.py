@@ -3,7 +3,8 @@
 Resolution order: an explicit URL or client, then ``CORRAL_REDIS_URL``, then ``REDIS_URL``,
 then the embedded server of the data directory (``corral.server``). URLs are redis-py's:
 ``redis://``, ``rediss://`` (TLS), ``unix://``, with user, password and db number; and
-``redis+sentinel://`` (:func:`parse_sentinel_url`), whose master is found through Sentinel.
+``redis+sentinel://`` (:func:`parse_sentinel_url`), whose master is found through Sentinel;
+and ``redis+cluster://`` (:func:`parse_cluster_url`), a Redis Cluster known by some of its nodes.
 """
 
 from __future__ import annotations
@@ -130,51 +131,131 @@ def parse_sentinel_url(url: str, *, name: str = "connection") -> SentinelSetting
         InvalidOptionError: naming ``name`` (the argument or variable the URL came from),
             without the password: no host, no service name, a bad port, db or option.
     """
-
-    def refuse(why: str) -> InvalidOptionError:
-        return InvalidOptionError(f"{name} is not a usable Sentinel URL ({why}): {_masked(url)}")
-
-    if not is_sentinel_url(url):
-        raise refuse(f"the scheme must be {SENTINEL_SCHEME}://")
-    rest = url[len(SENTINEL_SCHEME) + 3 :]
-    rest, _, query = rest.partition("?")
-    rest = rest.partition("#")[0]
-    netloc, _, path = rest.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
-    sentinels = tuple(_host_port(part, refuse) for part in hosts.split(",") if part)
-    if not sentinels:
-        raise refuse("no sentinel host")
-    parts = [unquote(p) for p in path.split("/") if p]
+    parsed = _MultiHostUrl.parse(url, SENTINEL_SCHEME, "Sentinel", name, SENTINEL_PORT, "sentinel")
+    parts = parsed.path
     if not parts:
-        raise refuse("no service name: add /<master name> after the hosts")
+        raise parsed.refuse("no service name: add /<master name> after the hosts")
     if len(parts) > 2:
-        raise refuse("the path is /<service name>[/<db>]")
+        raise parsed.refuse("the path is /<service name>[/<db>]")
     db = 0
     if len(parts) == 2:
         if not parts[1].isdigit():
-            raise refuse(f"db {parts[1]!r} is not a number")
+            raise parsed.refuse(f"db {parts[1]!r} is not a number")
         db = int(parts[1])
-    options: dict[str, Any] = {}
-    for key, values in parse_qs(query, keep_blank_values=True).items():
-        reader = _SENTINEL_OPTIONS.get(key)
-        if reader is None:
-            raise refuse(f"unknown option {key!r}; known: {', '.join(_SENTINEL_OPTIONS)}")
-        try:
-            value = reader(values[-1])
-        except ValueError:
-            raise refuse(f"{key}={values[-1]!r} is not a {reader.__name__}") from None
-        if reader is not str and value < 0:
-            raise refuse(f"{key} must be >= 0")
-        options[key] = value
-    return SentinelSettings(sentinels, parts[0], db, username, password, **options)
+    options = parsed.options(_SENTINEL_OPTIONS)
+    return SentinelSettings(parsed.hosts, parts[0], db, parsed.username, parsed.password, **options)
 
 
-def _host_port(part: str, refuse: Any) -> tuple[str, int]:
+#: The scheme of a URL naming some nodes of a Redis Cluster.
+CLUSTER_SCHEME = "redis+cluster"
+#: A cluster node's default port.
+CLUSTER_PORT = 6379
+#: Query options of a cluster URL, and how each is read.
+_CLUSTER_OPTIONS = {
+    "socket_timeout": float,
+    "socket_connect_timeout": float,
+    "health_check_interval": float,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    """A ``redis+cluster://`` URL, parsed: the nodes to ask for the cluster's map first (any
+    of them will do; the others are learned from it), and the settings of every connection."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+    socket_timeout: float | None = None
+    socket_connect_timeout: float | None = None
+    health_check_interval: float = 0.0
+
+
+def is_cluster_url(url: object) -> bool:
+    return isinstance(url, str) and url.lower().startswith(CLUSTER_SCHEME + "://")
+
+
+def parse_cluster_url(url: str, *, name: str = "connection") -> ClusterSettings:
+    """Parse ``redis+cluster://[user:password@]host[:port][,host[:port]...][/0]``.
+
+    Query options: ``socket_timeout``, ``socket_connect_timeout`` and
+    ``health_check_interval`` (seconds). A host without a port is on 6379. A cluster has
+    database 0 only.
+
+    Raises:
+        InvalidOptionError: naming ``name``, without the password: no host, a bad port, a
+            database other than 0, an unknown or bad option.
+    """
+    parsed = _MultiHostUrl.parse(url, CLUSTER_SCHEME, "Redis Cluster", name, CLUSTER_PORT, "node")
+    if parsed.path not in ([], ["0"]):
+        raise parsed.refuse("a cluster has database 0 only: no path, or /0")
+    options = parsed.options(_CLUSTER_OPTIONS)
+    return ClusterSettings(parsed.hosts, parsed.username, parsed.password, **options)
+
+
+@dataclass(frozen=True, slots=True)
+class _MultiHostUrl:
+    """The parts of a ``scheme://[user:password@]host[:port],host[:port]/path?query`` URL."""
+
+    url: str
+    what: str
+    name: str
+    hosts: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None
+    path: list[str]
+    query: str
+
+    def refuse(self, why: str) -> InvalidOptionError:
+        return refuse_url(self.url, self.what, self.name, why)
+
+    @classmethod
+    def parse(
+        cls, url: str, scheme: str, what: str, name: str, port: int, host: str
+    ) -> _MultiHostUrl:
+        if not url.lower().startswith(scheme + "://"):
+            raise refuse_url(url, what, name, f"the scheme must be {scheme}://")
+        rest = url[len(scheme) + 3 :]
+        rest, _, query = rest.partition("?")
+        rest = rest.partition("#")[0]
+        netloc, _, path = rest.partition("/")
+        userinfo, at, hosts = netloc.rpartition("@")
+        username = password = None
+        if at:
+            user, colon, secret = userinfo.partition(":")
+            username = unquote(user) or None
+            password = unquote(secret) if colon else None
+
+        def refuse(why: str) -> InvalidOptionError:
+            return refuse_url(url, what, name, why)
+
+        found = tuple(_host_port(part, refuse, port) for part in hosts.split(",") if part)
+        if not found:
+            raise refuse(f"no {host} host")
+        parts = [unquote(p) for p in path.split("/") if p]
+        return cls(url, what, name, found, username, password, parts, query)
+
+    def options(self, known: Mapping[str, type]) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        for key, values in parse_qs(self.query, keep_blank_values=True).items():
+            reader = known.get(key)
+            if reader is None:
+                raise self.refuse(f"unknown option {key!r}; known: {', '.join(known)}")
+            try:
+                value = reader(values[-1])
+            except ValueError:
+                raise self.refuse(f"{key}={values[-1]!r} is not a {reader.__name__}") from None
+            if reader is not str and value < 0:
+                raise self.refuse(f"{key} must be >= 0")
+            options[key] = value
+        return options
+
+
+def refuse_url(url: str, what: str, name: str, why: str) -> InvalidOptionError:
+    return InvalidOptionError(f"{name} is not a usable {what} URL ({why}): {_masked(url)}")
+
+
+def _host_port(part: str, refuse: Any, default_port: int) -> tuple[str, int]:
     host, port = part, ""
     if part.startswith("["):  # [IPv6]:port
         host, _, after = part[1:].partition("]")
@@ -184,7 +265,7 @@ def _host_port(part: str, refuse: Any) -> tuple[str, int]:
     if not host:
         raise refuse(f"no host in {part!r}")
     if not port:
-        return host, SENTINEL_PORT
+        return host, default_port
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise refuse(f"bad port {port!r}")
     return host, int(port)

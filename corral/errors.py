@@ -4,6 +4,7 @@
 
     CorralError
     ├── ConfigurationError        bad settings found at first use (server too old, policy)
+    │   └── CrossSlotError        on Redis Cluster, keys that must share a hash slot do not
     ├── ServerNotAvailable        no URL configured and no server binary to start
     ├── InvalidOptionError        (also ValueError) an option or argument was refused
     ├── JobError                  carries .queue and .job_id
@@ -20,6 +21,7 @@
     ├── ServerReplyError          (also redis ResponseError) the server refused a call for a
     │                             reason no retry fixes: a key of another type, a script error
     ├── BulkAddError              add_bulk stopped part-way: carries .jobs added and .index
+    ├── NotDurableError           durable add: fewer replicas than asked acknowledged (.jobs)
     ├── FlowAddError              a flow written in chunks stopped part-way (.written, .flow_id)
     ├── RateLimitError            raised by job code after ``rate_limit``: retry later
     ├── DelayedError              raised by job code after ``move_to_delayed``
@@ -40,6 +42,7 @@ redis-py's own errors (``ConnectionError``, ``TimeoutError``...) pass through un
 
 from __future__ import annotations
 
+import ssl
 import traceback
 from typing import Any, Literal
 
@@ -52,6 +55,11 @@ class CorralError(Exception):
 
 class ConfigurationError(CorralError):
     """The server or the settings cannot be used as they are."""
+
+
+class CrossSlotError(ConfigurationError):
+    """On Redis Cluster, keys that one script or transaction needs are not in one hash slot
+    (a queue's prefix and name without a hash tag, a flow across slots)."""
 
 
 class ServerNotAvailable(CorralError):
@@ -226,6 +234,44 @@ ErrorKind = Literal["transient", "configuration", "other"]
 _TRANSIENT_REPLIES = ("BUSY", "UNBLOCKED", "NOREPLICAS", "MASTERDOWN", "TRYAGAIN", "LOADING")
 #: Replies that mean the settings are wrong: no retry will change them.
 _CONFIGURATION_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "ERR unknown command", "MOVED", "ASK")
+#: How a server words a command of a script that the ACL refused (Valkey and Redis 7.x; Redis
+#: 6.2): the ACL lacks a command or a key that the script needs.
+_SCRIPT_ACL_REFUSALS = ("ACL failure in script", "The user executing the script can't run")
+
+
+#: Reasons (``ssl.SSLError.reason``) of a TLS error that mean the settings of one side do not
+#: fit the other's: a certificate refused either way, no protocol version or cipher in common,
+#: TLS spoken to a plain port, a key that does not belong to its certificate.
+_TLS_CONFIGURATION_REASONS = (
+    "CERTIFICATE",
+    "UNKNOWN_CA",
+    "WRONG_VERSION_NUMBER",
+    "PROTOCOL_VERSION",
+    "UNSUPPORTED_PROTOCOL",
+    "HANDSHAKE_FAILURE",
+    "NO_SHARED_CIPHER",
+    "NO_PROTOCOLS_AVAILABLE",
+    "KEY_VALUES_MISMATCH",
+    "PEM_LIB",
+)
+
+
+def tls_failure(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error under ``exc`` (redis-py raises a ``ConnectionError`` whose context it is)
+    when it means the TLS settings are wrong, else ``None`` (an EOF or a reset in the middle
+    of a handshake is an outage, not a setting)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return current
+        if isinstance(current, ssl.SSLError) and any(
+            word in (current.reason or "") for word in _TLS_CONFIGURATION_REASONS
+        ):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def failure_reason(error: BaseException) -> str:
@@ -263,8 +309,12 @@ def server_error_kind(exc: BaseException) -> ErrorKind:
     serve for now (BUSY, LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, UNBLOCKED,
     OOM under ``noeviction``, NOSCRIPT after a restart or ``SCRIPT FLUSH``). Configuration:
     wrong password, missing permission (ACL), an unknown command, a cluster node reached
-    without a cluster client. Anything else is "other".
+    without a cluster client, a command of a script refused by the ACL, a TLS handshake
+    refused for its settings (a certificate, see :func:`tls_failure`). Anything else is
+    "other".
     """
+    if tls_failure(exc) is not None:  # before OSError: an SSLError is one
+        return "configuration"
     if isinstance(
         exc,
         (
@@ -297,6 +347,8 @@ def server_error_kind(exc: BaseException) -> ErrorKind:
             return "transient"
         if message.startswith(_CONFIGURATION_REPLIES) or "unknown command" in message:
             return "configuration"
+        if any(words in message for words in _SCRIPT_ACL_REFUSALS):
+            return "configuration"
     return "other"
 
 
@@ -316,6 +368,22 @@ class BulkAddError(CorralError):
         super().__init__(message)
         self.jobs = jobs
         self.index = index
+
+
+class NotDurableError(CorralError):
+    """A durable add (``durable=True``) was written to the master, but fewer replicas than
+    asked acknowledged it within the timeout: a failover before they catch up could lose it.
+
+    ``.jobs`` are the jobs added (they exist on the master and will run), ``.acknowledged`` is
+    how many replicas had them, ``.needed`` how many were asked for. Adding the same items
+    again with their ``job_id`` is safe (a duplicate id writes nothing).
+    """
+
+    def __init__(self, message: str, *, jobs: list[Any], acknowledged: int, needed: int) -> None:
+        super().__init__(message)
+        self.jobs = jobs
+        self.acknowledged = acknowledged
+        self.needed = needed
 
 
 class FlowAddError(CorralError):

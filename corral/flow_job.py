@@ -130,6 +130,12 @@ def as_flow_job(value: Any, path: str) -> FlowJob:
         raise InvalidOptionError(f"flow node {path}: expected a FlowJob or a dict, got {value!r}")
     try:
         check_name("job name", node.name)
+        shards = getattr(node.queue_name, "shards", 1)  # a ShardedQueue, or its name
+        if shards != 1:
+            raise InvalidOptionError(
+                f"queue {getattr(node.queue_name, 'name', node.queue_name)} has {shards} shards: "
+                "a flow cannot span them; put it in one (queue.shard_for(id).name)"
+            )
         check_name("queue name", node.queue_name, colon=False)
         if not isinstance(node.options, Mapping):
             raise InvalidOptionError(f"options must be a dict, got {node.options!r}")

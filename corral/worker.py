@@ -22,12 +22,11 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from redis.asyncio import Redis
-
 from corral import _upkeep, options
+from corral._async._redis import Connectable
 from corral._async.job import AsyncJob
 from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._async.queue import AsyncQueue
@@ -41,6 +40,7 @@ from corral._keys import DEFAULT_PREFIX
 from corral._lease import LeaseContext
 from corral._listeners import Callback, Listeners
 from corral._runners import ProcessRunner, Runner, make_runner
+from corral._shards import check_shard_count_of, check_shards
 from corral._signals import run_event_loop as run_event_loop
 from corral._signals import with_signals
 from corral._slots import Slots
@@ -107,6 +107,10 @@ class Worker:
             many jobs.
         max_progress_bytes / max_log_line_bytes: the largest progress and log line the jobs'
             ``update_progress`` and ``log`` store (64 KiB each by default; see ``Queue``).
+        shards: work the ``shards`` plain queues of a sharded queue (``ShardedQueue``, with
+            the same count) as one: ``concurrency`` is shared by all of them, a free slot goes
+            to the shards in turn, and no busy shard starves another (see docs/scaling.md).
+            Not with ``limiter`` or ``processes``.
 
     Example::
 
@@ -116,12 +120,20 @@ class Worker:
         Worker("images", resize, concurrency=4).run()   # until SIGINT / SIGTERM
     """
 
+    def __new__(cls, *args: Any, shards: int = 1, **kwargs: Any) -> Worker:
+        # Worker(..., shards=N) is one inner worker per shard (corral._sharded_worker).
+        if cls is Worker and check_shards(shards) > 1:
+            from corral._sharded_worker import ShardedWorker
+
+            return super().__new__(ShardedWorker)
+        return super().__new__(cls)
+
     def __init__(
         self,
         queue_name: str,
         processor: Processor | str | None,
         *,
-        connection: str | Redis | None = None,
+        connection: Connectable = None,
         prefix: str = DEFAULT_PREFIX,
         concurrency: int | None = None,
         name: str | None = None,
@@ -143,7 +155,11 @@ class Worker:
         max_memory_mb: int | None = None,
         max_jobs_per_child: int | None = None,
         strict: bool = False,
+        shards: int = 1,
     ) -> None:
+        if check_shards(shards) != 1:
+            raise InvalidOptionError("shards= needs the class Worker itself, not a subclass")
+        check_shard_count_of(queue_name, 1)
         o = self._o = WorkerOptions.build(
             queue_name,
             processor,
@@ -188,6 +204,9 @@ class Worker:
         self._runner: Runner | None = None
         self._cancels: CancelListener | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        #: Run on the queue once it is connected, before any job is taken (a sharded worker
+        #: checks the shard's recorded count there).
+        self._on_open: Callable[[AsyncQueue], Awaitable[None]] | None = None
 
     # -- settings and events -------------------------------------------------------------
 
@@ -286,7 +305,15 @@ class Worker:
         worker often starts before its Redis), or ``None`` when closed meanwhile."""
         while self._queue is None:
             # A connection for every slot, and a few for the lock manager and stall checks.
-            self._queue = await self._conns.connect(self._slots.concurrency + 8)
+            queue = await self._conns.connect(self._slots.concurrency + 8)
+            if queue is not None and self._on_open is not None:
+                try:
+                    await queue.client()  # bound now (as _work does), so release closes it
+                    await self._on_open(queue)
+                except BaseException:
+                    await self._conns.release(queue)
+                    raise
+            self._queue = queue
             if self._queue is None and self._slots.closing:
                 return None
         return self._queue

@@ -9,11 +9,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
 from corral import options
-from corral._async._redis import check_connection
+from corral._async._redis import Connectable, check_connection
 from corral._imports import ProcessOptions, import_processor
+from corral._keys import QueueKeys
 from corral.bounds import check_text
 from corral.errors import InvalidOptionError
 from corral.options import MAX_SIZE_LIMIT, Duration
@@ -28,7 +27,7 @@ class WorkerOptions:
     processor: Callable[[Any], Any] | None
     #: The processor is an ``async def`` (it runs on the loop; else in threads or children).
     is_async: bool
-    connection: str | Redis | None
+    connection: Connectable
     prefix: str
     concurrency: int
     name: str
@@ -54,7 +53,7 @@ class WorkerOptions:
         queue_name: str,
         processor: Callable[[Any], Any] | str | None,
         *,
-        connection: str | Redis | None,
+        connection: Connectable,
         prefix: str,
         concurrency: int | None,
         name: str | None,
@@ -101,7 +100,7 @@ class WorkerOptions:
             queue_name=queue_name,
             processor=processor,
             is_async=processor is not None and inspect.iscoroutinefunction(processor),
-            connection=check_connection(connection),
+            connection=check_connection(connection, slot_key=QueueKeys(queue_name, prefix).base),
             prefix=options.check_prefix(prefix),
             concurrency=options.int_option("concurrency", concurrency, 1),
             name="" if name is None else check_text("worker name", name, word=True),

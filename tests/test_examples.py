@@ -84,6 +84,14 @@ EXPECTED = {
         "primes: 25",
         "logged: True",
     ],
+    "sharded_queue.py": [
+        "shards: ['{thumbnails.shard0.1}', '{thumbnails.shard1.0}', '{thumbnails.shard2.0}']",
+        "same job: True in shard 2",
+        "waiting: 13",
+        "completed: 13 drained",
+        "photo-99 returned 198",
+        "refused: a global concurrency is counted in one queue, and queue thumbnails is 3 shards",
+    ],
     "processors.py": [
         "failed job says: width must be a positive integer, got -1",
         "attempts made: 1",

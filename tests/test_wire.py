@@ -82,9 +82,6 @@ def test_params_follow_the_client_settings() -> None:
 @pytest.mark.parametrize(
     "client",
     [
-        pytest.param(
-            lambda: aioredis.Redis.from_url("rediss://h:1", decode_responses=True), id="tls"
-        ),
         pytest.param(lambda: aioredis.Redis(host="h"), id="bytes-replies"),
         pytest.param(
             lambda: aioredis.Redis(

@@ -7,7 +7,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from corral import options
-from corral._async._redis import LazyClient, ScriptCaller, running_loop
+from corral._async._calls import ScriptCaller
+from corral._async._redis import Connectable, LazyClient, running_loop
 from corral._async.job import AsyncJob
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._scripts import Script
@@ -29,7 +30,7 @@ class AsyncQueueBase:
         self,
         name: str,
         *,
-        connection: str | Redis | None = None,
+        connection: Connectable = None,
         prefix: str = DEFAULT_PREFIX,
         strict: bool = False,
     ) -> None:
@@ -38,7 +39,7 @@ class AsyncQueueBase:
         self.keys = QueueKeys(name, prefix)
         self._script_keys = self.keys.script_keys()
         self._job_prefix = self.keys.base + ":"
-        self._clients = LazyClient(connection, strict=strict)
+        self._clients = LazyClient(connection, strict=strict, slot_key=self.keys.base)
         self._caller: ScriptCaller | None = None
         self._caller_client: Redis | None = None
         self._caller_loop: object = None
@@ -46,7 +47,7 @@ class AsyncQueueBase:
         self._reply_timeout: float | None = None
 
     @property
-    def _connection(self) -> str | Redis | None:
+    def _connection(self) -> Connectable:
         return self._clients.connection
 
     @property
@@ -63,8 +64,11 @@ class AsyncQueueBase:
             self._caller.abandon()
             self._caller = self._caller_client = None
 
-    async def _run(self, script: Script, args: list[Any]) -> Any:
-        """Run one of the queue's scripts with the queue's keys."""
+    async def _run(
+        self, script: Script, args: list[Any], wait: tuple[int, int] | None = None
+    ) -> Any:
+        """Run one of the queue's scripts with the queue's keys; with ``wait`` (replicas,
+        timeout ms) then ``WAIT`` for replicas, and answer ``(reply, replicas acknowledged)``."""
         caller = self._caller
         if (
             caller is None
@@ -72,6 +76,8 @@ class AsyncQueueBase:
             or self._caller_client is not self._clients.current
         ):
             caller = await self._new_caller()
+        if wait is not None:
+            return await caller.call_then_wait(script, args, *wait)
         return await caller(script, args)
 
     async def _new_caller(self) -> ScriptCaller:

@@ -1,59 +1,132 @@
-"""Opening a client, checking the server once, and running scripts with EVALSHA."""
+"""Opening a client (of one server, a Sentinel master or a cluster slot) and checking the
+server once; :mod:`corral._async._calls` runs the scripts on it."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.connection import parse_url
-from redis.exceptions import NoScriptError, ResponseError
+from redis.crc import key_slot
 
-from corral import _wire, connection
+from corral import _tls, connection
+from corral._async._cluster import (
+    open_cluster_client,
+    settings_of_cluster_client,
+)
 from corral._async._sentinel import open_sentinel_client
-from corral._scripts import Script
-from corral._wire import AsyncWire
-from corral.connection import is_sentinel_url, parse_sentinel_url
+from corral._keys import slot_of
+from corral.connection import (
+    ClusterSettings,
+    is_cluster_url,
+    is_sentinel_url,
+    parse_cluster_url,
+    parse_sentinel_url,
+)
 from corral.errors import (
     ConfigurationError,
+    CrossSlotError,
     InvalidOptionError,
-    ServerReplyError,
-    server_error_kind,
 )
 
 #: Connections a client opened from a URL keeps at most; callers that wait for more (many
 #: concurrent adds, a worker's slots) queue for a free one instead of failing.
 DEFAULT_MAX_CONNECTIONS = 64
 
+#: What ``connection=`` accepts: a URL, a client, or ``None`` (the environment, else the
+#: embedded server).
+Connectable = str | Redis | RedisCluster | None
+
+
+def cluster_slot(slot_key: str | None) -> int:
+    """The hash slot of the keys ``slot_key:...`` of a queue (or of every queue of a flow
+    producer's prefix) on Redis Cluster.
+
+    Raises:
+        CrossSlotError: they are not in one slot (no hash tag).
+    """
+    slot = None if slot_key is None else slot_of(slot_key)
+    if slot is None:
+        raise CrossSlotError(
+            f"on Redis Cluster every key of a queue must be in one hash slot, and the keys "
+            f"{slot_key}:... are not: give the prefix a hash tag (prefix='{{bull}}', as BullMQ "
+            "advises, puts every queue of the prefix in one slot) or the queue name one "
+            "('{emails}')"
+        )
+    return slot
+
+
+def check_same_slot(client: Redis, keys: Iterable[str], what: str) -> None:
+    """On a cluster client, refuse ``keys`` (of ``what``: "parent") outside its slot.
+
+    Raises:
+        CrossSlotError: naming the first such key and both slots.
+    """
+    slot = getattr(client.connection_pool, "slot", None)
+    if slot is None:
+        return
+    for key in keys:
+        theirs = key_slot(key.encode())
+        if theirs != slot:
+            raise CrossSlotError(
+                f"the {what} {key} is in hash slot {theirs} and this queue's keys in {slot}: "
+                "on Redis Cluster they must share one (give both the same hash tag, e.g. the "
+                "prefix '{bull}')"
+            )
+
+
+def _cluster_settings(conn: Connectable, url: str | None) -> ClusterSettings | None:
+    """The cluster ``conn`` (a ``RedisCluster`` client) or ``url`` names, else ``None``."""
+    if isinstance(conn, RedisCluster):
+        return settings_of_cluster_client(conn)[0]
+    if url is None or not is_cluster_url(url):
+        return None
+    return parse_cluster_url(
+        url, name=connection.url_source(conn if isinstance(conn, str) else None)
+    )
+
 
 def open_client(
-    conn: str | Redis | None, *, max_connections: int = DEFAULT_MAX_CONNECTIONS
+    conn: Connectable,
+    *,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    slot_key: str | None = None,
 ) -> Redis:
     """A client for ``conn``: a given client is used as is; a URL or ``None`` is resolved.
 
     redis-py's default pool refuses a command when all its connections are busy ("Too many
     connections"); a blocking pool makes it wait for one, which is what a queue wants. A
     ``redis+sentinel://`` URL gives a client of the master its sentinels name (and follow).
+    A ``redis+cluster://`` URL or a ``RedisCluster`` client gives a client of the master of
+    the hash slot of ``slot_key`` (the queue's ``prefix:name``), which follows that slot.
 
     Raises:
-        InvalidOptionError: a bad Sentinel URL given as ``conn``.
-        ConfigurationError: a bad Sentinel URL in ``CORRAL_REDIS_URL`` or ``REDIS_URL``.
+        InvalidOptionError: a bad Sentinel or cluster URL given as ``conn``.
+        ConfigurationError: a bad one in ``CORRAL_REDIS_URL`` or ``REDIS_URL``.
+        CrossSlotError: on a cluster, ``slot_key`` holds no hash tag.
     """
     if isinstance(conn, Redis):
         if not conn.connection_pool.connection_kwargs.get("decode_responses"):
             raise ConfigurationError("pass a client created with decode_responses=True")
         return conn
-    url = connection.resolve_url(conn)
-    if is_sentinel_url(url):
-        source = connection.url_source(conn)
-        try:
+    url = None if isinstance(conn, RedisCluster) else connection.resolve_url(conn)
+    source = connection.url_source(conn if isinstance(conn, str) else None)
+    try:
+        cluster = _cluster_settings(conn, url)
+        if cluster is not None:
+            slot = cluster_slot(slot_key)
+            return open_cluster_client(cluster, slot=slot, max_connections=max_connections)
+        assert url is not None
+        if is_sentinel_url(url):
             settings = parse_sentinel_url(url, name=source)
-        except InvalidOptionError as exc:
-            if source == "connection":
-                raise
-            raise ConfigurationError(str(exc)) from None
-        return open_sentinel_client(settings, max_connections=max_connections)
+            return open_sentinel_client(settings, max_connections=max_connections)
+    except InvalidOptionError as exc:
+        if source == "connection":
+            raise
+        raise ConfigurationError(str(exc)) from None
+    assert url is not None  # not a RedisCluster client: one of those is a cluster
     pool = BlockingConnectionPool.from_url(
         url,
         decode_responses=True,
@@ -64,28 +137,38 @@ def open_client(
 
 
 async def open_client_off_loop(
-    conn: str | Redis | None, *, max_connections: int = DEFAULT_MAX_CONNECTIONS
+    conn: Connectable,
+    *,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    slot_key: str | None = None,
 ) -> Redis:
     """:func:`open_client` for code on an event loop: when no server is configured, the
     embedded one is found or started in a thread (a process, a file lock and polling for it to
     answer must not stop the loop)."""
     if conn is None and connection.configured_url() is None:
         conn = await asyncio.to_thread(connection.resolve_url, None)
-    return open_client(conn, max_connections=max_connections)
+    return open_client(conn, max_connections=max_connections, slot_key=slot_key)
 
 
 async def check_server(client: Redis, *, strict: bool = False, owned: bool = True) -> None:
     """Check version and eviction policy (see ``connection.check_server_info``).
 
     A client corral opened itself (``owned``) is closed when the check fails.
+
+    Raises:
+        ConfigurationError: the TLS handshake was refused for its settings (a certificate);
+            the message names the likely fix (:func:`corral._tls.explain`).
     """
     try:
         info: dict[str, Any] = dict(await client.info("server"))
         info.update(await client.info("memory"))
         connection.check_server_info(info, strict=strict)
-    except BaseException:
+    except BaseException as exc:
         if owned:
             await client.aclose()
+        refused = _tls.explain(exc)
+        if refused is not None:  # the first contact is where wrong TLS settings show
+            raise ConfigurationError(refused) from exc
         raise
 
 
@@ -94,10 +177,16 @@ def running_loop() -> object:
     return asyncio.get_running_loop()
 
 
-def check_connection(connection: Any) -> str | Redis | None:
+def check_connection(connection: Any, *, slot_key: str | None = None) -> Connectable:
     """A ``connection`` argument: ``None``, a client, or a URL redis-py can parse (checked
-    now: a bad one would fail at the first call, far from where it was given)."""
+    now: a bad one would fail at the first call, far from where it was given). On a cluster
+    the keys ``slot_key:...`` must share a hash slot (checked now too, when given)."""
     if connection is None or isinstance(connection, Redis):
+        return connection
+    if isinstance(connection, RedisCluster):
+        settings_of_cluster_client(connection)  # decoded replies
+        if slot_key is not None:
+            cluster_slot(slot_key)
         return connection
     if not isinstance(connection, str):
         raise InvalidOptionError(
@@ -106,10 +195,16 @@ def check_connection(connection: Any) -> str | Redis | None:
     if is_sentinel_url(connection):
         parse_sentinel_url(connection)
         return connection
+    if is_cluster_url(connection):
+        parse_cluster_url(connection)
+        if slot_key is not None:
+            cluster_slot(slot_key)
+        return connection
     try:
         parse_url(connection)  # type: ignore[no-untyped-call, unused-ignore]
     except ValueError as exc:  # also a bad port, host or an unknown scheme
         raise InvalidOptionError(f"connection is not a usable Redis URL: {exc}") from None
+    _tls.check_url(connection)
     return connection
 
 
@@ -123,9 +218,14 @@ class LazyClient:
     by the caller stays the caller's, on whatever loop the caller uses it.
     """
 
-    def __init__(self, connection: str | Redis | None, *, strict: bool = False) -> None:
-        self.connection = check_connection(connection)
+    def __init__(
+        self, connection: Connectable, *, strict: bool = False, slot_key: str | None = None
+    ) -> None:
+        self.connection = check_connection(connection, slot_key=slot_key)
         self.strict = strict
+        #: ``prefix:name`` of the queue (a flow producer's prefix): on a cluster, the client
+        #: goes to the master of its hash slot.
+        self.slot_key = slot_key
         #: The client once opened (``None`` before, and after :meth:`close`).
         self.current: Redis | None = None
         self._loop: object = None
@@ -146,7 +246,7 @@ class LazyClient:
     async def get(self) -> Redis:
         loop = self._follow_loop()
         if self.current is None:
-            client = await open_client_off_loop(self.connection)
+            client = await open_client_off_loop(self.connection, slot_key=self.slot_key)
             owned = client is not self.connection
             await check_server(client, strict=self.strict, owned=owned)
             if self.current is None:
@@ -168,171 +268,3 @@ class LazyClient:
             assert self.current is not None
             await self.current.aclose()
         self.current = None
-
-
-async def run_script(client: Redis, script: Script, keys: list[str], args: list[Any]) -> Any:
-    """EVALSHA ``script``; on NOSCRIPT (a new or flushed server) load it once and retry."""
-    try:
-        return await client.evalsha(script.sha, len(keys), *keys, *args)
-    except NoScriptError:
-        await client.script_load(script.source)
-        return await client.evalsha(script.sha, len(keys), *keys, *args)
-
-
-async def run_atomically(
-    client: Redis,
-    calls: Sequence[tuple[Script, list[str], list[Any]]],
-    *,
-    must_exist: Collection[str] = (),
-) -> tuple[list[Any], str | None]:
-    """EVALSHA each ``(script, keys, args)`` of ``calls``, in order, in one MULTI/EXEC.
-
-    Every key of ``must_exist`` is WATCHed and checked first: when one is missing nothing runs
-    and it is returned as the second element. MULTI/EXEC does not roll back a script that
-    refuses its work, so a precondition that the scripts check (a parent must exist) is made
-    true for the whole transaction this way; when a watched key changes before EXEC, the
-    transaction is tried again.
-
-    The transaction is packed here (:mod:`corral._wire`) and sent on one connection of the
-    client's pool: a flow's hundreds of calls of twenty-odd arguments each cost several times
-    more to pack through redis-py's pipeline than the server takes to run them.
-
-    Returns:
-        ``(replies, None)``, or ``([], missing key)`` when nothing was written.
-
-    Raises:
-        ServerReplyError: the first error among the replies that waiting will not fix (the
-            other calls of the transaction ran).
-        redis.exceptions.ResponseError: a transient one (the same), or the transaction was
-            refused as a whole (EXECABORT: nothing ran).
-    """
-    # Loaded before MULTI: a NOSCRIPT inside the transaction would fail it all.
-    for script in {script.sha: script for script, _, _ in calls}.values():
-        await client.script_load(script.source)
-    watched = sorted(set(must_exist))
-    body = [_wire.pack(["MULTI"])]
-    for script, keys, args in calls:
-        body.append(_wire.pack(["EVALSHA", script.sha, len(keys), *keys, *args]))
-    body.append(_wire.pack(["EXEC"]))
-    packed = b"".join(body)
-    # redis-py leaves these connection calls partly untyped (and differently per API).
-    pool: Any = client.connection_pool
-    conn: Any = await pool.get_connection()
-    try:
-        while True:
-            if watched:
-                await conn.send_packed_command([_wire.pack(["WATCH", *watched])])
-                await conn.read_response()
-                for key in watched:
-                    await conn.send_packed_command([_wire.pack(["EXISTS", key])])
-                    if not await conn.read_response():
-                        await conn.send_packed_command([_wire.pack(["UNWATCH"])])
-                        await conn.read_response()
-                        return [], key
-            await conn.send_packed_command([packed], check_health=False)
-            failure: ResponseError | None = None
-            for _ in range(len(calls) + 1):  # +OK for MULTI, +QUEUED for each call
-                try:
-                    await conn.read_response()
-                except ResponseError as exc:  # not queued: EXEC answers EXECABORT
-                    failure = failure or exc
-            try:
-                replies = await conn.read_response()
-            except ResponseError as exc:
-                raise failure or exc from None
-            if replies is None:  # a watched key changed: nothing ran
-                continue
-            for reply in replies:
-                if isinstance(reply, ResponseError):
-                    if server_error_kind(reply) != "other" or isinstance(reply, ServerReplyError):
-                        raise reply  # transient or a setting: the callers' retries handle them
-                    raise ServerReplyError(f"a call of the transaction failed: {reply}") from reply
-            return list(replies), None
-    except ResponseError:
-        raise  # every reply was read: the connection is fine
-    except BaseException:
-        # A reply may still be on its way (a cancelled or broken call): never reuse it.
-        await conn.disconnect()
-        raise
-    finally:
-        await pool.release(conn)
-
-
-class ScriptCaller:
-    """Runs a queue's scripts with their keys packed once.
-
-    Every call of a queue's scripts sends the same EVALSHA, SHA, key count, keys and job key
-    prefix; packing them once per script (instead of redis-py encoding each argument at each
-    call) is a large part of a job's client-side cost. The command goes out on the caller's
-    own pipelined connection (:mod:`corral._wire`) when the client's settings allow it, else
-    on a connection of the client's pool. Either way a script is loaded on the connection
-    that runs it, and a NOSCRIPT is answered on that same connection (load, then the call
-    again), so a retry never travels on another connection than its call.
-
-    Args:
-        client: the queue's client.
-        keys: the queue's script keys.
-        reply_timeout: used when the client sets no socket timeout (a worker's calls are
-            short, and a dead connection must not hang them).
-    """
-
-    def __init__(self, client: Redis, keys: list[str], reply_timeout: float | None = None) -> None:
-        self._client = client
-        self._keys = keys
-        self._packed_keys = _wire.pack_args(keys)
-        self._prefixes: dict[str, bytes] = {}
-        self._wire = AsyncWire.open(client, default_timeout=reply_timeout)
-
-    def _prefix(self, script: Script) -> bytes:
-        prefix = self._prefixes.get(script.sha)
-        if prefix is None:
-            head = _wire.pack_args(["EVALSHA", script.sha, len(self._keys)])
-            prefix = self._prefixes[script.sha] = head + self._packed_keys
-        return prefix
-
-    async def __call__(self, script: Script, args: list[Any]) -> Any:
-        count = 3 + len(self._keys) + len(args)
-        packed = b"*%d\r\n" % count + self._prefix(script) + _wire.pack_args(args)
-        try:
-            if self._wire is not None:
-                return await self._wire.call(packed, script)
-            return await self._pooled(packed, script)
-        except ResponseError as exc:
-            if server_error_kind(exc) != "other" or isinstance(exc, ServerReplyError):
-                raise  # transient or a setting: the callers' retries and outages handle them
-            raise ServerReplyError(f"script {script.name} failed: {exc}") from exc
-
-    async def _pooled(self, packed: bytes, script: Script) -> Any:
-        # redis-py leaves these connection calls partly untyped (and differently per API).
-        pool: Any = self._client.connection_pool
-        conn: Any = await pool.get_connection()
-        try:
-            await conn.send_packed_command([packed], check_health=False)
-            try:
-                return await conn.read_response()
-            except NoScriptError:
-                # On this same connection: load the script, then the call once more.
-                await conn.send_packed_command([_wire.load_command(script), packed])
-                await conn.read_response()
-                return await conn.read_response()
-        except ResponseError:
-            raise  # the reply was read whole: the connection is fine
-        except BaseException:
-            # A reply may still be on its way (a cancelled or broken call): never reuse it.
-            await conn.disconnect()
-            raise
-        finally:
-            await pool.release(conn)
-
-    def close(self) -> None:
-        """Close the caller's own connection (the client's pool is the client's)."""
-        if self._wire is not None:
-            try:
-                self._wire.close()
-            except RuntimeError:  # its event loop has ended: nothing to close it with
-                self.abandon()
-
-    def abandon(self) -> None:
-        """Drop the caller's connection without closing it: its event loop has ended (closing
-        needs the loop; the socket is closed when it is collected)."""
-        self._wire = None

@@ -7,14 +7,15 @@ from asyncio import sleep
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from redis.asyncio import Redis
 from typing_extensions import Unpack
 
 from corral import _bulk, _codec, _scripts, options
 from corral._adds import MAX_ADD_RETRIES, AddCalls, add_retry_delay, may_resend
+from corral._async._redis import Connectable, check_same_slot
 from corral._async.job import AsyncJob
 from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._async.queue_schedulers import AsyncQueueSchedulers
+from corral._durable import Durability, check_acknowledged
 from corral._keys import DEFAULT_PREFIX
 from corral._supervisor import Outage
 from corral.bounds import MAX_TIMESTAMP_MS, check_text
@@ -24,7 +25,7 @@ from corral.errors import (
     JobNotFoundError,
     ParentNotFoundError,
 )
-from corral.options import JobOptions, JobOptionsDict
+from corral.options import Duration, JobOptions, JobOptionsDict
 
 #: ``add_bulk`` items: ``(name, data)`` or ``(name, data, options)``.
 BulkItem = tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]
@@ -54,6 +55,11 @@ class AsyncQueue(AsyncQueueSchedulers):
             events stream.
         max_log_line_bytes: the longest line ``job.log`` stores, in bytes of UTF-8 (64 KiB by
             default, at most 512 MiB).
+        durable: every add waits until ``durable_replicas`` replicas of the server have the
+            job (``WAIT``), up to ``durable_timeout`` seconds (1 by default), and raises
+            ``NotDurableError`` when they do not: what an asynchronous failover can lose is
+            then only adds that raised (see docs/deployment.md, "Durability"). ``add`` and
+            ``add_bulk`` take ``durable=`` for one call.
 
     Example::
 
@@ -65,7 +71,7 @@ class AsyncQueue(AsyncQueueSchedulers):
         self,
         name: str,
         *,
-        connection: str | Redis | None = None,
+        connection: Connectable = None,
         prefix: str = DEFAULT_PREFIX,
         default_job_options: JobOptionsDict | None = None,
         backoff_types: Collection[str] = (),
@@ -73,8 +79,12 @@ class AsyncQueue(AsyncQueueSchedulers):
         add_retries: int = 20,
         max_progress_bytes: int = DEFAULT_MAX_PROGRESS_BYTES,
         max_log_line_bytes: int = DEFAULT_MAX_LOG_LINE_BYTES,
+        durable: bool = False,
+        durable_replicas: int = 1,
+        durable_timeout: Duration = 1.0,
     ) -> None:
         super().__init__(name, connection=connection, prefix=prefix, strict=strict)
+        self.durability = Durability.build(durable, durable_replicas, durable_timeout)
         self.max_progress_bytes = max_progress_bytes
         self.max_log_line_bytes = max_log_line_bytes
         self.add_retries = options.int_option("add_retries", add_retries, 0, MAX_ADD_RETRIES)
@@ -163,7 +173,14 @@ class AsyncQueue(AsyncQueueSchedulers):
         job.queue = self
         return job
 
-    async def add(self, name: str, data: Any = None, **options: Unpack[JobOptionsDict]) -> AsyncJob:
+    async def add(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        **options: Unpack[JobOptionsDict],
+    ) -> AsyncJob:
         """Add a job and return it.
 
         Options (all keyword): ``job_id``, ``delay`` (seconds or ``timedelta``), ``priority``
@@ -183,22 +200,40 @@ class AsyncQueue(AsyncQueueSchedulers):
         returns the existing job, as BullMQ does. A call that fails on the way is sent again
         (see ``add_retries``); a resend never creates a second job.
 
+        ``durable=True`` (the queue's ``durable`` by default) returns only once
+        ``durable_replicas`` replicas have the job (``WAIT``), so that a failover cannot lose
+        it (see docs/deployment.md, "Durability").
+
         Raises:
             InvalidOptionError: an option or the data was refused; nothing was written.
             ParentNotFoundError: the parent does not exist; nothing was written.
+            NotDurableError: durable, and too few replicas acknowledged the job in
+                ``durable_timeout``; it was written to the master (``.jobs``).
             redis.exceptions.ConnectionError, OutOfMemoryError, ...: the server could not be
                 reached (or refused) after ``add_retries`` resends; the job may have been
                 created if the last error was a lost connection.
         """
+        wait = self.durability.wait(durable)
         args = self._prepare(name, data, options)
-        reply = await self._send_add(_scripts.ADD_JOB, lambda call: [*args, *call])
+        if args[9]:
+            check_same_slot(await self.client(), [args[9]], "parent")
+        reply, acked = await self._send_add(_scripts.ADD_JOB, lambda call: [*args, *call], wait)
         if isinstance(reply, int):
             raise missing_parent(args[9])
-        return await self._result(args, reply)
+        job = await self._result(args, reply)
+        if wait is not None:
+            check_acknowledged([job], acked, wait)
+        return job
 
-    async def _send_add(self, script: _scripts.Script, build: Callable[[list[Any]], Any]) -> Any:
+    async def _send_add(
+        self,
+        script: _scripts.Script,
+        build: Callable[[list[Any]], Any],
+        wait: tuple[int, int] | None = None,
+    ) -> tuple[Any, int]:
         """Run an add script (``build`` makes its ARGV from the call's four numbering values),
-        sending it again after a transient error, at most ``add_retries`` times.
+        sending it again after a transient error, at most ``add_retries`` times. The answer
+        is the script's reply and, with ``wait``, how many replicas acknowledged it (else 0).
 
         The first send may have landed although its reply was lost: the call's number makes
         the server answer a resend with what the first send created (include/resend.lua).
@@ -209,7 +244,8 @@ class AsyncQueue(AsyncQueueSchedulers):
         while True:
             done = calls.to_forget()
             try:
-                reply = await self._run(script, build([calls.producer, number, *done]))
+                answer = await self._run(script, build([calls.producer, number, *done]), wait)
+                reply, acked = answer if wait is not None else (answer, 0)
             except Exception as exc:
                 calls.not_forgotten(done)
                 if not may_resend(exc, retries, self.add_retries):
@@ -229,7 +265,7 @@ class AsyncQueue(AsyncQueueSchedulers):
                     calls.not_forgotten(done)
                 elif _created_any(reply):
                     calls.heard(number, resent=retries > 0)
-            return reply
+            return reply, acked
 
     async def _result(self, args: list[Any], reply: list[Any]) -> AsyncJob:
         """The job an add answered with: the new one, or the one that made it a no-op."""
@@ -253,7 +289,9 @@ class AsyncQueue(AsyncQueueSchedulers):
             return job
         return self._added(args, reply)
 
-    async def add_bulk(self, jobs: Iterable[BulkItem]) -> list[AsyncJob]:
+    async def add_bulk(
+        self, jobs: Iterable[BulkItem], *, durable: bool | None = None
+    ) -> list[AsyncJob]:
         """Add many jobs, in order. Every item is validated first; then they are written in
         script calls of at most 300 jobs and 1 MiB of values (a bigger job goes alone), so
         that no call holds the server for long (3 to 20 ms each; a worker, or any client, is
@@ -296,6 +334,7 @@ class AsyncQueue(AsyncQueueSchedulers):
             redis.exceptions.ConnectionError, OutOfMemoryError, ...: the first call failed for
                 good, as for :meth:`add`: nothing was written, unless the connection was lost.
         """
+        wait = self.durability.wait(durable)
         chunker = _bulk.Chunker()
         prepared: list[list[Any]] = []
         for index, item in enumerate(jobs):
@@ -312,12 +351,16 @@ class AsyncQueue(AsyncQueueSchedulers):
             return []
         if len(chunker.chunks) > 1:  # a single call checks its parents itself, atomically
             await self._check_parents(prepared)
+        else:
+            check_same_slot(await self.client(), external_parents(prepared), "parent")
         shared = self._prepare("shared", None, {})[1:]
         added: list[AsyncJob] = []  # the items' jobs, as each call answers
         replaced = _bulk.Replacements(enabled=chunker.replaces)
+        acked = self.durability.replicas  # the fewest replicas that acknowledged a call
         for chunk in chunker.chunks:
             try:
-                replies = await self._send_chunk(chunk, shared)
+                replies, chunk_acked = await self._send_chunk(chunk, shared, wait)
+                acked = min(acked, chunk_acked)
                 if replies and replies[0] == -7:  # the call was refused: it wrote nothing
                     raise missing_parent(_codec.text(replies[1]))
             except Exception as exc:
@@ -346,13 +389,20 @@ class AsyncQueue(AsyncQueueSchedulers):
                 if chunk.end == len(prepared):
                     raise read_error  # all was written: as for a single call
                 raise _bulk.stopped(added, replaced, len(prepared), read_error) from read_error
-        return [added[replaced.final(i)] for i in range(len(added))] if replaced.enabled else added
+        result = (
+            [added[replaced.final(i)] for i in range(len(added))] if replaced.enabled else added
+        )
+        if wait is not None:
+            check_acknowledged(result, acked, wait)
+        return result
 
-    async def _send_chunk(self, chunk: _bulk.Chunk, shared: list[Any]) -> Any:
+    async def _send_chunk(
+        self, chunk: _bulk.Chunk, shared: list[Any], wait: tuple[int, int] | None = None
+    ) -> tuple[Any, int]:
         """One call of add_jobs.lua for the items of ``chunk``, numbered and resent as an add."""
         head = [self._job_prefix, chunk.count]
         return await self._send_add(
-            _scripts.ADD_JOBS, lambda call: [*head, *call, *shared, *chunk.records]
+            _scripts.ADD_JOBS, lambda call: [*head, *call, *shared, *chunk.records], wait
         )
 
     async def _check_parents(self, prepared: list[list[Any]]) -> None:
@@ -360,6 +410,7 @@ class AsyncQueue(AsyncQueueSchedulers):
         item of the bulk: before a bulk's first call, since a later call finds it too late
         to write nothing. Read again after a transient error, as an add is sent again."""
         parents = list(dict.fromkeys(external_parents(prepared)))
+        check_same_slot(await self.client(), parents, "parent")
         retries = 0
         while parents:
             batch = parents[:1000]  # a pipeline of bounded size, however many parents

@@ -15,11 +15,9 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
-from redis.asyncio import Redis
-
 from corral import _codec, options
 from corral._async._queue_base import AsyncQueueBase
-from corral._async._redis import LazyClient
+from corral._async._redis import Connectable, LazyClient
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._listeners import Callback, Listeners
 from corral._supervisor import Outage
@@ -56,7 +54,7 @@ class AsyncQueueEvents:
         self,
         queue_name: str,
         *,
-        connection: str | Redis | None = None,
+        connection: Connectable = None,
         prefix: str = DEFAULT_PREFIX,
         last_event_id: str = "$",
     ) -> None:
@@ -64,7 +62,7 @@ class AsyncQueueEvents:
         self.queue_name = queue_name
         self.keys = QueueKeys(queue_name, options.check_prefix(prefix))
         self.last_event_id = check_stream_id(last_event_id)
-        self._clients = LazyClient(connection)
+        self._clients = LazyClient(connection, slot_key=self.keys.base)
         self._outage = Outage(f"events {queue_name}", logger)
         self._buffer: deque[QueueEvent] = deque()
         self._closed = False

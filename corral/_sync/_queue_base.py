@@ -8,7 +8,8 @@ from typing import Any
 from redis import Redis
 
 from corral import options
-from corral._sync._redis import LazyClient, ScriptCaller, running_loop
+from corral._sync._calls import ScriptCaller
+from corral._sync._redis import Connectable, LazyClient, running_loop
 from corral._sync.job import Job
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._scripts import Script
@@ -30,7 +31,7 @@ class QueueBase:
         self,
         name: str,
         *,
-        connection: str | Redis | None = None,
+        connection: Connectable = None,
         prefix: str = DEFAULT_PREFIX,
         strict: bool = False,
     ) -> None:
@@ -39,7 +40,7 @@ class QueueBase:
         self.keys = QueueKeys(name, prefix)
         self._script_keys = self.keys.script_keys()
         self._job_prefix = self.keys.base + ":"
-        self._clients = LazyClient(connection, strict=strict)
+        self._clients = LazyClient(connection, strict=strict, slot_key=self.keys.base)
         self._caller: ScriptCaller | None = None
         self._caller_client: Redis | None = None
         self._caller_loop: object = None
@@ -47,7 +48,7 @@ class QueueBase:
         self._reply_timeout: float | None = None
 
     @property
-    def _connection(self) -> str | Redis | None:
+    def _connection(self) -> Connectable:
         return self._clients.connection
 
     @property
@@ -64,8 +65,11 @@ class QueueBase:
             self._caller.abandon()
             self._caller = self._caller_client = None
 
-    def _run(self, script: Script, args: list[Any]) -> Any:
-        """Run one of the queue's scripts with the queue's keys."""
+    def _run(
+        self, script: Script, args: list[Any], wait: tuple[int, int] | None = None
+    ) -> Any:
+        """Run one of the queue's scripts with the queue's keys; with ``wait`` (replicas,
+        timeout ms) then ``WAIT`` for replicas, and answer ``(reply, replicas acknowledged)``."""
         caller = self._caller
         if (
             caller is None
@@ -73,6 +77,8 @@ class QueueBase:
             or self._caller_client is not self._clients.current
         ):
             caller = self._new_caller()
+        if wait is not None:
+            return caller.call_then_wait(script, args, *wait)
         return caller(script, args)
 
     def _new_caller(self) -> ScriptCaller:

@@ -25,7 +25,8 @@ from redis import Redis
 
 from corral import _flow_chunks, _scripts, options
 from corral._adds import MAX_ADD_RETRIES, add_retry_delay, may_resend
-from corral._sync._redis import LazyClient, run_atomically, run_script
+from corral._sync._calls import run_atomically, run_script
+from corral._sync._redis import Connectable, LazyClient
 from corral._sync.job import Job
 from corral._sync.queue import Queue, external_parents, missing_parent
 from corral._flow_chunks import Chunk, flow_add_error
@@ -82,14 +83,14 @@ class FlowProducer:
     def __init__(
         self,
         *,
-        connection: str | Redis | None = None,
+        connection: Connectable = None,
         prefix: str = DEFAULT_PREFIX,
         strict: bool = False,
         add_retries: int = 20,
     ) -> None:
         self.prefix = options.check_prefix(prefix)
         self.add_retries = options.int_option("add_retries", add_retries, 0, MAX_ADD_RETRIES)
-        self._clients = LazyClient(connection, strict=strict)
+        self._clients = LazyClient(connection, strict=strict, slot_key=self.prefix)
         self._queues: dict[tuple[str, str], Queue] = {}
         self._outage = Outage("flow producer", logger)
 

@@ -16,11 +16,9 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from redis import Redis
-
 from corral import _codec, options
 from corral._sync._queue_base import QueueBase
-from corral._sync._redis import LazyClient
+from corral._sync._redis import Connectable, LazyClient
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._listeners import Callback, Listeners
 from corral._supervisor import Outage
@@ -57,7 +55,7 @@ class QueueEvents:
         self,
         queue_name: str,
         *,
-        connection: str | Redis | None = None,
+        connection: Connectable = None,
         prefix: str = DEFAULT_PREFIX,
         last_event_id: str = "$",
     ) -> None:
@@ -65,7 +63,7 @@ class QueueEvents:
         self.queue_name = queue_name
         self.keys = QueueKeys(queue_name, options.check_prefix(prefix))
         self.last_event_id = check_stream_id(last_event_id)
-        self._clients = LazyClient(connection)
+        self._clients = LazyClient(connection, slot_key=self.keys.base)
         self._outage = Outage(f"events {queue_name}", logger)
         self._buffer: deque[QueueEvent] = deque()
         self._closed = False

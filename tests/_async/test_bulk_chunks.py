@@ -42,11 +42,11 @@ def before_call(
     send = queue._send_chunk
     sent = [0]
 
-    async def send_after(chunk: _bulk.Chunk, shared: list[Any]) -> Any:
+    async def send_after(chunk: _bulk.Chunk, shared: list[Any], wait: Any = None) -> Any:
         if sent[0] == number:
             action()
         sent[0] += 1
-        return await send(chunk, shared)
+        return await send(chunk, shared, wait)
 
     monkeypatch.setattr(queue, "_send_chunk", send_after)
 

@@ -43,11 +43,11 @@ def before_call(
     send = queue._send_chunk
     sent = [0]
 
-    def send_after(chunk: _bulk.Chunk, shared: list[Any]) -> Any:
+    def send_after(chunk: _bulk.Chunk, shared: list[Any], wait: Any = None) -> Any:
         if sent[0] == number:
             action()
         sent[0] += 1
-        return send(chunk, shared)
+        return send(chunk, shared, wait)
 
     monkeypatch.setattr(queue, "_send_chunk", send_after)
 

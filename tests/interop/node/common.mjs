@@ -1,7 +1,8 @@
 // Shared helpers for the Node side of corral's interop tests.
 //
 // Contract for every script in this folder:
-//   * connection comes from env REDIS_URL (e.g. redis://127.0.0.1:6390/0);
+//   * connection comes from env REDIS_URL (e.g. redis://127.0.0.1:6390/0, or
+//     redis+cluster://127.0.0.1:7000,127.0.0.1:7001 for a Redis Cluster);
 //   * arguments come from argv;
 //   * the result is ONE line of JSON on stdout (listen_completed.mjs prints a
 //     `READY` line before it); all logging goes to stderr;
@@ -23,7 +24,17 @@ const opened = [];
 export function connect() {
   const url = process.env.REDIS_URL;
   if (!url) fail('env REDIS_URL is not set', 2);
-  const conn = new IORedis(url, { maxRetriesPerRequest: null });
+  // REDIS_URL=redis+cluster://host:port,host:port (corral's cluster URL): ioredis's Cluster.
+  const cluster = url.match(/^redis\+cluster:\/\/([^/?]+)/);
+  const conn = cluster
+    ? new IORedis.Cluster(
+        cluster[1].split(',').map((hostPort) => {
+          const [host, port] = hostPort.split(':');
+          return { host, port: Number(port) };
+        }),
+        { redisOptions: { maxRetriesPerRequest: null } },
+      )
+    : new IORedis(url, { maxRetriesPerRequest: null });
   conn.on('error', (err) => console.error(`redis error: ${err.message}`));
   opened.push(conn);
   return conn;

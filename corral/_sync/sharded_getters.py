@@ -1,0 +1,211 @@
+# Generated from corral/_async/sharded_getters.py by scripts/unasync.py: do not edit.
+"""Reading a sharded queue: which shard holds a job, and counts and listings over the shards.
+
+A layer of :class:`~corral._sync.sharded_queue.ShardedQueue` that only reads (and
+records the count of shards on a shard's first use, :func:`check_shard_count`). A job is read
+from its one shard; counts are summed, and listings merged, over every shard.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+from corral import _shards, options
+from corral._sync.job import Job
+from corral._sync.queue import Queue
+from corral._sync.queue_getters import COUNTED_STATES, check_int, check_states
+from corral.errors import ConfigurationError
+from corral.job import JobState
+from corral.schedule import JobScheduler
+
+
+def check_shard_count(queue: Queue, shards: int, logical: str) -> None:
+    """Record ``shards`` in the shard ``queue``'s meta hash, or check the count found there.
+
+    Raises:
+        ConfigurationError: the shard was made for another count: naming both.
+    """
+    client = queue.client()
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hsetnx(queue.keys.meta, _shards.COUNT_FIELD, shards)
+        pipe.hget(queue.keys.meta, _shards.COUNT_FIELD)
+        _, recorded = pipe.execute()
+    if recorded != str(shards):
+        raise ConfigurationError(
+            f"queue {logical}: its shard {queue.name} was made for {recorded} shards, and this "
+            f"one is opened with shards={shards}: every producer and worker of a sharded queue "
+            "must give the same count (to change it, let it drain and obliterate it first)"
+        )
+
+
+class ShardedGetters:
+    """Methods that find jobs in their shard, and count and list jobs over the shards."""
+
+    #: The logical name, the key prefix, and how many shards.
+    name: _shards.ShardedName
+    prefix: str
+    shards: int
+    #: The shards' plain queues, shard 0 first.
+    queues: tuple[Queue, ...]
+    #: Shards whose recorded count was checked (shards=1, the plain queue, has none).
+    _checked: list[bool]
+
+    # -- shards --------------------------------------------------------------------------
+
+    def shard(self, index: int) -> Queue:
+        """The plain queue of shard ``index`` (flows, global limits, events: per shard)."""
+        return self.queues[check_int("shard index", index, 0, self.shards - 1)]
+
+    def shard_index(self, job_id: str) -> int:
+        """The shard that holds (or will hold) the job ``job_id``."""
+        return _shards.shard_of(options.check_name("job_id", job_id), self.shards)
+
+    def shard_for(self, job_id: str) -> Queue:
+        """The plain queue of the shard of ``job_id``: where its children must go."""
+        return self.queues[self.shard_index(job_id)]
+
+    def _ready(self, index: int) -> Queue:
+        """Shard ``index``, its recorded count checked on first use, and shard 0's before
+        (every count of shards has the same shard 0: a process with another is caught
+        there, whichever shards it uses)."""
+        for i in (0, index) if index else (0,):
+            if not self._checked[i]:
+                check_shard_count(self.queues[i], self.shards, self.name)
+                self._checked[i] = True
+        return self.queues[index]
+
+    def _each(self) -> list[Queue]:
+        return [self._ready(i) for i in range(self.shards)]
+
+    # -- one job -------------------------------------------------------------------------
+
+    def get_job(self, job_id: str) -> Job | None:
+        """The job with this id (read from its shard alone), or ``None``."""
+        return (self._ready(self.shard_index(job_id))).get_job(job_id)
+
+    def get_job_state(self, job_id: str) -> JobState:
+        """The state of a job (``JobState.UNKNOWN`` when there is no such job)."""
+        return (self._ready(self.shard_index(job_id))).get_job_state(job_id)
+
+    def get_job_logs(
+        self, job_id: str, start: int = 0, end: int = -1, asc: bool = True
+    ) -> tuple[list[str], int]:
+        """A job's log lines (see :meth:`Queue.get_job_logs`)."""
+        queue = self._ready(self.shard_index(job_id))
+        return queue.get_job_logs(job_id, start, end, asc)
+
+    def get_deduplication_job_id(self, deduplication_id: str) -> str | None:
+        """The id of the job that holds a deduplication id (in the id's shard), or ``None``."""
+        index = _shards.key_of(
+            options.check_name("deduplication id", deduplication_id), self.shards
+        )
+        return (self._ready(index)).get_deduplication_job_id(deduplication_id)
+
+    # -- counts and listings -------------------------------------------------------------
+
+    def get_job_counts(self, *states: str) -> dict[str, int]:
+        """How many jobs are in each state, summed over the shards."""
+        total = dict.fromkeys(states or COUNTED_STATES, 0)
+        for queue in self._each():
+            for state, n in (queue.get_job_counts(*states)).items():
+                total[state] += n
+        return total
+
+    def count(self) -> int:
+        """Jobs yet to run, over every shard."""
+        return sum([queue.count() for queue in self._each()])
+
+    def get_counts_per_priority(self, priorities: Iterable[int]) -> dict[int, int]:
+        """How many jobs are ready at each priority, summed over the shards."""
+        wanted = list(priorities) if isinstance(priorities, Iterable) else priorities
+        total: dict[int, int] = {}
+        for queue in self._each():
+            for priority, n in (queue.get_counts_per_priority(wanted)).items():
+                total[priority] = total.get(priority, 0) + n
+        return total
+
+    def get_jobs(
+        self,
+        states: str | Iterable[str] | None = None,
+        start: int = 0,
+        end: int = -1,
+        *,
+        asc: bool = False,
+    ) -> list[Job]:
+        """The jobs in ``states`` (:meth:`Queue.get_jobs`), merged over the shards.
+
+        Within a state the shards' lists are merged by what orders them (arrival for
+        waiting, run time for delayed, priority then arrival for prioritized, finish time for
+        completed and failed; newest first, or oldest with ``asc=True``): each shard's own
+        order is kept, and ``[start, end]`` is cut from the merged list. A page reads up to
+        ``end + 1`` jobs of each shard (all of them for a negative bound).
+        """
+        wanted = check_states(states)
+        check_int("start", start, None)
+        check_int("end", end, None)
+        if self.shards == 1:
+            return (self._ready(0)).get_jobs(wanted, start, end, asc=asc)
+        upto = end if start >= 0 and end >= 0 else -1
+        merged: list[Job] = []
+        for state in wanted:
+            lists = [queue.get_jobs(state, 0, upto, asc=asc) for queue in self._each()]
+            merged.extend(heapq.merge(*lists, key=_shards.MERGE_KEYS[state], reverse=not asc))
+        return _shards.cut(merged, start, end)
+
+    def get_waiting(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Waiting jobs, the oldest first, merged over the shards."""
+        return self.get_jobs("waiting", start, end, asc=True)
+
+    def get_active(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Active jobs, the longest running first."""
+        return self.get_jobs("active", start, end, asc=True)
+
+    def get_delayed(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Delayed jobs, the first due first."""
+        return self.get_jobs("delayed", start, end, asc=True)
+
+    def get_prioritized(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Prioritized jobs, by priority then arrival."""
+        return self.get_jobs("prioritized", start, end, asc=True)
+
+    def get_waiting_children(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Parents waiting for their children, the oldest first."""
+        return self.get_jobs("waiting-children", start, end, asc=True)
+
+    def get_completed(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Completed jobs, the last finished first."""
+        return self.get_jobs("completed", start, end, asc=False)
+
+    def get_failed(self, start: int = 0, end: int = -1) -> list[Job]:
+        """Failed jobs, the last finished first."""
+        return self.get_jobs("failed", start, end, asc=False)
+
+    # -- schedulers: each lives in the shard of its id -----------------------------------
+
+    def get_job_scheduler(self, scheduler_id: str) -> JobScheduler | None:
+        """The scheduler with this id (from its shard), or ``None``."""
+        queue = self._ready(self._scheduler_shard(scheduler_id))
+        return queue.get_job_scheduler(scheduler_id)
+
+    def get_job_schedulers(
+        self, start: int = 0, end: int = -1, asc: bool = False
+    ) -> list[JobScheduler]:
+        """Schedulers of every shard ordered by next run, latest first (``asc``: soonest)."""
+        check_int("start", start, None)
+        check_int("end", end, None)
+        upto = end if start >= 0 and end >= 0 else -1
+        lists = [q.get_job_schedulers(0, upto, asc) for q in self._each()]
+        merged = list(heapq.merge(*lists, key=_next_run, reverse=not asc))
+        return _shards.cut(merged, start, end)
+
+    def count_job_schedulers(self) -> int:
+        """How many schedulers the shards have."""
+        return sum([queue.count_job_schedulers() for queue in self._each()])
+
+    def _scheduler_shard(self, scheduler_id: str) -> int:
+        return _shards.key_of(options.check_name("scheduler id", scheduler_id), self.shards)
+
+
+def _next_run(scheduler: JobScheduler) -> int:
+    return scheduler.next_run or 0
