@@ -67,6 +67,8 @@ class Sizes:
     memory_payload: int = 100
     memory_concurrency: int = 50
     drain_children: int = 100_000
+    #: Jobs of each drain of bench/shards.py (corral alone, on a cluster of its own).
+    shards: int = 30_000
 
 
 FULL = Sizes()
@@ -78,6 +80,7 @@ QUICK = Sizes(
     latency_jobs=200,
     memory_jobs=1000,
     drain_children=2000,
+    shards=2000,
 )
 
 
@@ -782,8 +785,8 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="WORKLOAD",
         help="single_add, bulk_add, drain (= drain_1proc + drain_2proc), "
-        "drain_1proc, drain_2proc, latency, memory, drain_children; repeatable or "
-        "comma-separated",
+        "drain_1proc, drain_2proc, latency, memory, drain_children, shards (corral alone: "
+        "bench/shards.py on a cluster); repeatable or comma-separated",
     )
     ap.add_argument("--runs", type=int, help="runs per side (default 3, 1 with --quick)")
     ap.add_argument(
@@ -813,7 +816,12 @@ def main(argv: list[str] | None = None) -> int:
     sz = QUICK if opts.quick else FULL
     if opts.runs:
         sz = Sizes(**{**sz.__dict__, "runs": opts.runs})
-    chosen = select_workloads(workloads(sz, opts.children_concurrency), opts.only)
+    wanted = [w.strip() for item in opts.only for w in item.split(",") if w.strip()]
+    # bench/shards.py needs a cluster and compares corral with itself: it runs after the table.
+    run_shards = not wanted or "shards" in wanted
+    only = [w for w in wanted if w != "shards"]
+    everything = workloads(sz, opts.children_concurrency)
+    chosen = select_workloads(everything, only) if only or not wanted else []
     out_path = (
         Path(opts.json) if opts.json else RESULTS / ("quick.json" if opts.quick else "latest.json")
     )
@@ -898,4 +906,9 @@ def main(argv: list[str] | None = None) -> int:
         "reports": extra,
     }
     out_path.write_text(json.dumps(report, indent=2) + "\n")
+    if run_shards:
+        from bench import shards
+
+        print()
+        return shards.main(["--jobs", str(sz.shards), "--runs", str(sz.runs)])
     return 0

@@ -1,6 +1,7 @@
 """One logical queue over 1 and over 3 shards on a Redis Cluster: how the server load splits.
 
-``python -m bench.shards [--jobs N] [--runs R]`` starts a cluster of 3 masters and 3 replicas
+``python -m bench.shards [--jobs N] [--runs R]`` (also the last part of ``make bench``, and
+``make bench BENCH_ARGS="--only shards"``) starts a cluster of 3 masters and 3 replicas
 on loopback (the test suite's, tests/cluster/conftest.py), then for 1 and 3 shards: adds N
 jobs to ``ShardedQueue("bench", shards=S)`` and drains them with one ``Worker(...,
 shards=S)`` process-local worker, reading each master's CPU (``INFO cpu``) and calls
@@ -68,12 +69,12 @@ def measure(cluster: Cluster, shards: int, jobs: int, concurrency: int) -> dict[
     return {"elapsed": elapsed, "cpu": cpu, "calls": calls}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.shards", description=__doc__)
     parser.add_argument("--jobs", type=int, default=30_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cluster = start_cluster(Path(tempfile.mkdtemp(prefix="corral-bench-shards-")))
     try:
         print(f"{args.jobs} jobs, concurrency {args.concurrency}, median of {args.runs} runs")
