@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, quote, unquote
 
 from corral.errors import ConfigurationError, InvalidOptionError
 
@@ -148,6 +148,8 @@ def parse_sentinel_url(url: str, *, name: str = "connection") -> SentinelSetting
 
 #: The scheme of a URL naming some nodes of a Redis Cluster.
 CLUSTER_SCHEME = "redis+cluster"
+#: The same over TLS to every node.
+CLUSTER_TLS_SCHEME = "rediss+cluster"
 #: A cluster node's default port.
 CLUSTER_PORT = 6379
 #: Query options of a cluster URL, and how each is read.
@@ -169,28 +171,60 @@ class ClusterSettings:
     socket_timeout: float | None = None
     socket_connect_timeout: float | None = None
     health_check_interval: float = 0.0
+    #: Over TLS (``rediss+cluster://``): the ``ssl_*`` settings of redis-py's
+    #: ``SSLConnection``; ``None`` for plain TCP.
+    tls: tuple[tuple[str, Any], ...] | None = None
 
 
 def is_cluster_url(url: object) -> bool:
-    return isinstance(url, str) and url.lower().startswith(CLUSTER_SCHEME + "://")
+    return isinstance(url, str) and url.lower().startswith(
+        (CLUSTER_SCHEME + "://", CLUSTER_TLS_SCHEME + "://")
+    )
 
 
 def parse_cluster_url(url: str, *, name: str = "connection") -> ClusterSettings:
-    """Parse ``redis+cluster://[user:password@]host[:port][,host[:port]...][/0]``.
+    """Parse ``redis+cluster://[user:password@]host[:port][,host[:port]...][/0]``, or
+    ``rediss+cluster://`` for TLS to every node.
 
     Query options: ``socket_timeout``, ``socket_connect_timeout`` and
-    ``health_check_interval`` (seconds). A host without a port is on 6379. A cluster has
-    database 0 only.
+    ``health_check_interval`` (seconds); with ``rediss+cluster://`` also the TLS options of a
+    ``rediss://`` URL (``ssl_ca_certs``, ``ssl_certfile``...: see :mod:`corral._tls`). A host
+    without a port is on 6379. A cluster has database 0 only.
 
     Raises:
         InvalidOptionError: naming ``name``, without the password: no host, a bad port, a
             database other than 0, an unknown or bad option.
     """
-    parsed = _MultiHostUrl.parse(url, CLUSTER_SCHEME, "Redis Cluster", name, CLUSTER_PORT, "node")
+    tls = url.lower().startswith(CLUSTER_TLS_SCHEME + "://")
+    scheme = CLUSTER_TLS_SCHEME if tls else CLUSTER_SCHEME
+    parsed = _MultiHostUrl.parse(url, scheme, "Redis Cluster", name, CLUSTER_PORT, "node")
     if parsed.path not in ([], ["0"]):
         raise parsed.refuse("a cluster has database 0 only: no path, or /0")
-    options = parsed.options(_CLUSTER_OPTIONS)
-    return ClusterSettings(parsed.hosts, parsed.username, parsed.password, **options)
+    options = parsed.options(_CLUSTER_OPTIONS, but="ssl_")
+    ssl_query = parsed.query_of("ssl_")
+    settings = None
+    if tls or ssl_query:  # a TLS option without TLS is refused there, naming it
+        settings = tls_settings(f"{'rediss' if tls else 'redis'}://127.0.0.1/?{ssl_query}", name)
+    return ClusterSettings(parsed.hosts, parsed.username, parsed.password, **options, tls=settings)
+
+
+def tls_settings(url: str, name: str) -> tuple[tuple[str, Any], ...]:
+    """The ``ssl_*`` settings of redis-py's ``SSLConnection`` that ``url`` (a ``rediss://``
+    URL of TLS options only) gives, checked as :func:`corral._tls.check_url` checks them."""
+    from redis.asyncio.connection import parse_url
+
+    from corral import _tls
+
+    try:
+        _tls.check_url(url)
+    except InvalidOptionError as exc:
+        message = str(exc).replace("connection:", f"{name}:", 1)
+        message = message.replace(
+            "redis://: use rediss://", "redis+cluster://: use rediss+cluster://"
+        )
+        raise InvalidOptionError(message) from None
+    kwargs = parse_url(url)  # type: ignore[no-untyped-call, unused-ignore]
+    return tuple(sorted((k, v) for k, v in kwargs.items() if k.startswith("ssl_")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,9 +269,17 @@ class _MultiHostUrl:
         parts = [unquote(p) for p in path.split("/") if p]
         return cls(url, what, name, found, username, password, parts, query)
 
-    def options(self, known: Mapping[str, type]) -> dict[str, Any]:
+    def query_of(self, prefix: str) -> str:
+        """The query's options whose names start with ``prefix``, as a query."""
+        pairs = parse_qs(self.query, keep_blank_values=True).items()
+        return "&".join(f"{k}={quote(v[-1], safe='/')}" for k, v in pairs if k.startswith(prefix))
+
+    def options(self, known: Mapping[str, type], *, but: str | None = None) -> dict[str, Any]:
+        """The ``known`` options, read; any other is refused, but those named ``but...``."""
         options: dict[str, Any] = {}
         for key, values in parse_qs(self.query, keep_blank_values=True).items():
+            if but is not None and key.startswith(but):
+                continue
             reader = known.get(key)
             if reader is None:
                 raise self.refuse(f"unknown option {key!r}; known: {', '.join(known)}")

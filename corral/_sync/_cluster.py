@@ -30,16 +30,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from redis import BlockingConnectionPool, Redis
-from redis.connection import Connection
+from redis.connection import Connection, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from corral.connection import ClusterSettings
-from corral.errors import ConfigurationError
+from corral.errors import ConfigurationError, tls_failure
 
-#: redis-py's connection class, whose constructor it leaves untyped in the blocking API.
+#: redis-py's connection classes, whose constructors it leaves untyped in the blocking API.
 _Connection: Any = Connection
+_SSLConnection: Any = SSLConnection
 #: Settings a pool's connections have that a probe of the cluster's map must not copy.
 _NOT_FOR_PROBES = ("connection_pool", "client_name", "db", "lib_name", "lib_version")
 
@@ -74,6 +75,10 @@ class ClusterSlotConnection(Connection):
             ) from None
 
 
+class ClusterSlotSSLConnection(ClusterSlotConnection, SSLConnection):
+    """The same over TLS (``rediss+cluster://``)."""
+
+
 class ClusterSlotPool(BlockingConnectionPool):
     """At most ``max_connections`` connections to the master of ``slot``; callers wait for a
     free one.
@@ -81,11 +86,15 @@ class ClusterSlotPool(BlockingConnectionPool):
     Args:
         nodes: cluster nodes to ask for the map first; nodes the map names are added.
         slot: the hash slot whose master the connections go to.
+        tls: over TLS (``kwargs`` then hold the ``ssl_*`` settings), the map's probes too.
         **kwargs: the connections' settings, as for redis-py's pools.
     """
 
-    def __init__(self, *, nodes: Iterable[tuple[str, int]], slot: int, **kwargs: Any) -> None:
-        kwargs["connection_class"] = ClusterSlotConnection
+    def __init__(
+        self, *, nodes: Iterable[tuple[str, int]], slot: int, tls: bool = False, **kwargs: Any
+    ) -> None:
+        kwargs["connection_class"] = ClusterSlotSSLConnection if tls else ClusterSlotConnection
+        self.tls = tls
         super().__init__(**kwargs)  # type: ignore[no-untyped-call, unused-ignore]
         self.connection_kwargs["connection_pool"] = self
         self.nodes: list[tuple[str, int]] = list(dict.fromkeys(nodes))
@@ -116,13 +125,17 @@ class ClusterSlotPool(BlockingConnectionPool):
 
         Raises:
             ConfigurationError: a node is not in cluster mode.
+            redis.exceptions.ConnectionError: from a TLS handshake refused for its settings
+                (a certificate): as is, for ``errors.server_error_kind`` to call it one.
             redis.exceptions.ConnectionError: no known node answers, or none serves the slot
                 yet (a failover in progress): transient, the callers' retries wait.
         """
         settings = {k: v for k, v in self.connection_kwargs.items() if k not in _NOT_FOR_PROBES}
         failures = []
         for host, port in list(self.nodes):
-            probe: Any = _Connection(**{**settings, "host": host, "port": port})
+            probe: Any = (_SSLConnection if self.tls else _Connection)(
+                **{**settings, "host": host, "port": port}
+            )
             try:
                 probe.connect()
                 probe.send_command("CLUSTER", "SLOTS")
@@ -136,6 +149,8 @@ class ClusterSlotPool(BlockingConnectionPool):
                 failures.append(f"{host}:{port}: {exc}")
                 continue
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                if tls_failure(exc) is not None:
+                    raise  # refused TLS settings: the next node would refuse them too
                 failures.append(f"{host}:{port}: {exc}")
                 continue
             finally:
@@ -164,7 +179,7 @@ class ClusterSlotPool(BlockingConnectionPool):
 
 def is_cluster_pool(pool: object) -> bool:
     """Whether ``pool`` is a slot pool of either API."""
-    return hasattr(pool, "slot") and hasattr(pool, "nodes") and hasattr(pool, "master")
+    return hasattr(pool, "slot") and hasattr(pool, "nodes") and hasattr(pool, "tls")
 
 
 def open_cluster_client(settings: ClusterSettings, *, slot: int, max_connections: int) -> Redis:
@@ -178,9 +193,11 @@ def open_cluster_client(settings: ClusterSettings, *, slot: int, max_connections
         kwargs["socket_timeout"] = settings.socket_timeout
     if settings.socket_connect_timeout is not None:
         kwargs["socket_connect_timeout"] = settings.socket_connect_timeout
+    kwargs.update(settings.tls or ())
     pool = ClusterSlotPool(
         nodes=settings.nodes,
         slot=slot,
+        tls=settings.tls is not None,
         decode_responses=True,
         max_connections=max_connections,
         timeout=None,
@@ -202,6 +219,10 @@ def settings_of_cluster_client(client: Any) -> tuple[ClusterSettings, dict[str, 
     node_kwargs = dict(manager.connection_kwargs)
     if not node_kwargs.get("decode_responses"):
         raise ConfigurationError("pass a RedisCluster client created with decode_responses=True")
+    ssl = tuple(sorted((k, v) for k, v in node_kwargs.items() if k.startswith("ssl_")))
+    connection_class = node_kwargs.get("connection_class")
+    # redis-py's TLS connection classes, of either API, are named so.
+    tls = bool(ssl) or "SSL" in getattr(connection_class, "__name__", "")
     settings = ClusterSettings(
         nodes,
         username=node_kwargs.get("username"),
@@ -209,6 +230,7 @@ def settings_of_cluster_client(client: Any) -> tuple[ClusterSettings, dict[str, 
         socket_timeout=node_kwargs.get("socket_timeout"),
         socket_connect_timeout=node_kwargs.get("socket_connect_timeout"),
         health_check_interval=node_kwargs.get("health_check_interval") or 0.0,
+        tls=ssl if tls else None,
     )
     return settings, node_kwargs
 
@@ -222,6 +244,7 @@ def twin(pool: Any, **settings: Any) -> Redis:
     copy = ClusterSlotPool(
         nodes=pool.nodes,
         slot=pool.slot,
+        tls=pool.tls,
         max_connections=pool.max_connections,
         timeout=getattr(pool, "timeout", None),
         **settings,

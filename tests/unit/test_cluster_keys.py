@@ -43,3 +43,12 @@ def test_a_cluster_url() -> None:
     assert (parsed.nodes, parsed.username, parsed.password) == ((("::1", 7000),), "u", "p@ss")
     with pytest.raises(InvalidOptionError, match="CORRAL_REDIS_URL is not a usable Redis Cluster"):
         parse_cluster_url("redis+cluster://:pw@h/3", name="CORRAL_REDIS_URL")
+
+
+def test_a_tls_cluster_url() -> None:
+    parsed = parse_cluster_url("rediss+cluster://a:7000?ssl_cert_reqs=none&ssl_check_hostname=0")
+    assert parsed.tls == (("ssl_cert_reqs", "none"), ("ssl_check_hostname", False))
+    assert parse_cluster_url("rediss+cluster://a:7000").tls == ()  # TLS with the defaults
+    assert parse_cluster_url("redis+cluster://a:7000").tls is None
+    with pytest.raises(InvalidOptionError, match="ssl_cert_reqs must be one of"):
+        parse_cluster_url("rediss+cluster://a:7000?ssl_cert_reqs=maybe")
