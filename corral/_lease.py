@@ -43,6 +43,7 @@ from corral._runners import Control, Runner
 from corral._supervisor import Outage
 from corral.clock import monotonic
 from corral.errors import (
+    ConfigurationError,
     DelayedError,
     JobCancelledError,
     JobError,
@@ -91,6 +92,9 @@ class LeaseContext:
     soft_timeout_ms: int = 0
     #: Told each outcome the server confirmed: "completed", "failed" (for good) or "retry".
     tally: Callable[[str], None] = lambda outcome: None
+    #: Told a finish the server refused for the worker's settings (an ACL without a command
+    #: the finish needs): the worker stops, as when another of its loops meets one.
+    refused: Callable[[ConfigurationError], None] = lambda error: None
 
 
 class Lease:
@@ -404,6 +408,9 @@ class Lease:
     def _not_finished(self, exc: BaseException) -> None:
         # Left active with a lock that nobody renews: the stalled check gives it back to wait
         # once the lock expires, so it is not lost (it runs again: at least once).
+        if server_error_kind(exc) == "configuration":
+            name = self._ctx.queue.name
+            self._ctx.refused(ConfigurationError(f"worker {name}: job {self.job_id}: {exc}"))
         logger.warning(
             "worker %s: job %s: %s; the stalled check will give it back",
             self._ctx.queue.name,

@@ -377,6 +377,7 @@ class Worker:
             timeout_ms=self._o.timeout_ms,
             soft_timeout_ms=self._o.soft_timeout_ms,
             tally=slots.limits.tally,
+            refused=supervisor.fail,
         )
         slots.arm(queue, blocking, ctx)
         supervisor.on_fatal(self._exit_now)

@@ -234,6 +234,8 @@ def without(drop: str) -> list[str]:
         ("info", "'info' command"),
         ("channels", "access a channel"),
         ("keys", "access a key"),
+        # Fetching works, finishing does not: the finish's refusal stops the worker too.
+        ("zadd", "job 1: .*'zadd' command"),
     ],
 )
 async def test_a_worker_missing_one_permission_stops_with_a_configuration_error(
