@@ -21,7 +21,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from corral import AsyncQueue, NotDurableError
+from corral import AsyncQueue, AsyncQueueEvents, NotDurableError
 from tests.cluster.conftest import Cluster, wait_for
 from tests.faults.harness import Fleet, add_jobs, audit, eventually
 
@@ -46,6 +46,11 @@ async def test_workers_and_producers_follow_a_requested_failover(
     # No retries of its own: its first call after the switch meets MOVED on the connection it
     # kept to the old master, and must be sent to the new one at once.
     once = AsyncQueue(QUEUE, connection=url, add_retries=0)
+    # An events reader blocked on the old master's stream follows it too.
+    events = AsyncQueueEvents(QUEUE, connection=url)
+    heard: set[str] = set()
+    events.on("completed", lambda event: heard.add(event.job_id))
+    listening = asyncio.create_task(events.run())
     try:
         ids = await add_jobs(queue, 400, ms=10)
         ids.append((await once.add("before")).id)
@@ -65,7 +70,8 @@ async def test_workers_and_producers_follow_a_requested_failover(
                 await eventually(lambda: new_r.zcard("bull:{q}:completed") > at_switch, "a job")
                 resumed = time.monotonic() - started
                 ids.append((await once.add("after")).id)  # MOVED, sent again: it did not run
-                ids += await add_jobs(queue, 100)  # the producer follows too
+                later = await add_jobs(queue, 100)  # the producer follows too
+                ids += later
                 print(
                     f"\ncluster failover: slot moved after {switched:.2f}s, first job completed"
                     f" on the new master {resumed:.2f}s after the request"
@@ -73,7 +79,20 @@ async def test_workers_and_producers_follow_a_requested_failover(
                 await audit(
                     queue, new_r, completed=ids, tags=["async", "plain"], caplog=caplog, fleet=fleet
                 )
+                await eventually(lambda: set(later) <= heard, "the events of the new master")
+                # A cancel published on the new master reaches the worker running the job.
+                await fleet.close("plain")  # the async worker takes it: a cancellable sleep
+                long = (await queue.add("job", {"ms": 600_000})).id
+
+                async def state_is(state: str) -> bool:
+                    return await queue.get_job_state(long) == state
+
+                await eventually(lambda: state_is("active"), "the long job started")
+                assert await queue.cancel(long, "failed over") == "active"
+                await eventually(lambda: state_is("failed"), "the cancelled job failed")
     finally:
+        await events.close()
+        await listening
         await queue.close()
         await once.close()
 

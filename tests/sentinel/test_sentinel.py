@@ -77,6 +77,11 @@ async def test_workers_follow_a_failover_during_a_drain(
     old_r, new_r = old.client(), new.client()
     url = deployment.url
     queue = AsyncQueue("q", connection=url)
+    # An events reader blocked on the old master's stream follows the failover too.
+    events = AsyncQueueEvents("q", connection=url)
+    heard: set[str] = set()
+    events.on("completed", lambda event: heard.add(event.job_id))
+    listening = asyncio.create_task(events.run())
     try:
         ids = await add_jobs(queue, 600, ms=20)
         async with Fleet(url) as fleet:
@@ -110,6 +115,8 @@ async def test_workers_follow_a_failover_during_a_drain(
                 lambda: new_r.zcard("bull:q:completed") > at_switch, "a job done on the new master"
             )
             resumed = time.monotonic() - started
+            later = await add_jobs(queue, 50)
+            ids += later
             print(
                 f"\nsentinel {how}: new master named after {switched:.2f}s, first job completed"
                 f" on it {resumed:.2f}s after the {how}"
@@ -128,9 +135,12 @@ async def test_workers_follow_a_failover_during_a_drain(
                 fleet=fleet,
                 at_least_once=how == "failover",
             )
+            await eventually(lambda: set(later) <= heard, "the events of the new master")
             reruns = sorted(job_id for job_id, n in fleet.runs.items() if n > 1)
             print(f"jobs run twice (finished on the old master after the promotion): {len(reruns)}")
     finally:
+        await events.close()
+        await listening
         await queue.close()
         old_r.close()
         new_r.close()
