@@ -15,8 +15,10 @@ learns it again when the slot's master changes:
   a ``ConnectionError`` that corral's script calls send again at once (a redirected command
   did not run) and redis-py's own retries handle for its commands; connections still open to
   the old master meet the same ``MOVED`` at their next call;
-- ``ASK`` (the slot is being migrated and the key is already on the other node) and
-  ``TRYAGAIN`` are left to the retries: the call runs once the migration of the slot is done.
+- ``ASK`` (the slot is being migrated and a key is already on the other node) becomes a
+  ``TRYAGAIN``, transient like the server's own: the callers' retries send the call again
+  until the migration is done (a script needs every key of its queue on one node, which
+  ``ASKING`` on the target would not give while keys are on both).
 
 Classic pub/sub is cluster-wide (a ``PUBLISH`` reaches subscribers on every node), so the
 cancel channel works from any node; the pool's own node is the one used.
@@ -30,8 +32,8 @@ from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import Connection, SSLConnection
+from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MovedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from corral.connection import ClusterSettings
@@ -71,6 +73,13 @@ class ClusterSlotConnection(Connection):
             await self.disconnect()  # type: ignore[no-untyped-call, unused-ignore]
             raise SlotMovedError(
                 f"slot {exc.slot_id} moved to {exc.host}:{exc.port}; the call did not run"
+            ) from None
+        except AskError as exc:
+            # The slot is being migrated and a key of the call is on the other node already:
+            # the call did not run. A queue's call needs all its keys on one node, so it waits
+            # (a transient error) until the migration ends and MOVED names the new master.
+            raise TryAgainError(
+                f"slot {exc.slot_id} is migrating to {exc.host}:{exc.port}; the call did not run"
             ) from None
 
 

@@ -97,6 +97,55 @@ async def test_workers_and_producers_follow_a_requested_failover(
         await once.close()
 
 
+async def test_workers_and_producers_follow_a_resharding_of_the_queues_slot(
+    fresh_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The queue's slot migrates to another master mid-drain, in small batches of keys
+    (``CLUSTER SETSLOT ... MIGRATING/IMPORTING``, ``MIGRATE``): calls meet ``ASK`` and
+    ``TRYAGAIN`` meanwhile and wait, then ``MOVED``; none is lost, none runs twice."""
+    cluster = fresh_cluster
+    src = cluster.owner(SLOT)
+    dst = next(n for n in cluster.masters() if n is not src)
+    with src.client() as r:
+        src_id = r.execute_command("CLUSTER", "MYID")
+    with dst.client() as r:
+        dst_id = r.execute_command("CLUSTER", "MYID")
+    url = cluster.url
+    queue = AsyncQueue(QUEUE, connection=url)
+    try:
+        ids = await add_jobs(queue, 400, ms=10)
+        async with Fleet(url, QUEUE) as fleet:
+            settings = {"concurrency": 4, "lock_duration": 15, "stalled_interval": 1}
+            fleet.start("async", **settings)
+            fleet.start("plain", plain=True, **settings)
+            with src.client() as src_r, dst.client() as dst_r:
+                await eventually(lambda: src_r.zcard("bull:{q}:completed") >= 50, "50 done")
+                started = time.monotonic()
+                dst_r.execute_command("CLUSTER", "SETSLOT", SLOT, "IMPORTING", src_id)
+                src_r.execute_command("CLUSTER", "SETSLOT", SLOT, "MIGRATING", dst_id)
+                batches = 0
+                while keys := src_r.execute_command("CLUSTER", "GETKEYSINSLOT", SLOT, 5):
+                    src_r.execute_command(
+                        "MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *keys
+                    )
+                    batches += 1
+                    await asyncio.sleep(0.02)  # the workers and producers run in between
+                for node in cluster.masters():
+                    with node.client() as r:
+                        r.execute_command("CLUSTER", "SETSLOT", SLOT, "NODE", dst_id)
+                moved = time.monotonic() - started
+                ids += await add_jobs(queue, 100)
+                print(
+                    f"\ncluster resharding: the slot moved in {batches} batches over"
+                    f" {moved:.2f}s while the workers ran"
+                )
+                await audit(
+                    queue, dst_r, completed=ids, tags=["async", "plain"], caplog=caplog, fleet=fleet
+                )
+    finally:
+        await queue.close()
+
+
 async def produce(
     queue: AsyncQueue, durable: bool, stop: asyncio.Event, acked: list[str], unsure: list[str]
 ) -> None:
