@@ -92,6 +92,14 @@ EXPECTED = {
         "photo-99 returned 198",
         "refused: a global concurrency is counted in one queue, and queue thumbnails is 3 shards",
     ],
+    "health_check.py": [
+        "no worker: False ['thumbnails: 0 worker(s) connected, fewer than 1'] waiting: 3",
+        "with a worker: True workers: 1",
+        "GET /healthz: 200 True",
+        "after close: 503 ['thumbnails: 0 worker(s) connected, fewer than 1']",
+        "corral_job_processing_seconds_count{'outcome': 'completed', 'queue': 'thumbnails'}: 3",
+        "corral_job_waiting_seconds_count{'queue': 'thumbnails'}: 3",
+    ],
     "processors.py": [
         "failed job says: width must be a positive integer, got -1",
         "attempts made: 1",
