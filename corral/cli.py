@@ -352,5 +352,18 @@ def cancel_command(queue_name: str, job_id: str, reason: str, url: str | None, p
         click.echo(f"cancelled {job_id}")
 
 
+def _register_commands() -> None:
+    # One module per noun, added to the group here: stats, jobs and job (corral/cli_inspect.py),
+    # health and metrics (corral/cli_ops.py).
+    from corral import cli_ops
+    from corral.cli_inspect import COMMANDS
+
+    for command in COMMANDS:
+        main.add_command(command)
+    cli_ops.register(main)
+
+
+_register_commands()
+
 if __name__ == "__main__":
     main()

@@ -294,7 +294,7 @@ class _MultiHostUrl:
 
 
 def refuse_url(url: str, what: str, name: str, why: str) -> InvalidOptionError:
-    return InvalidOptionError(f"{name} is not a usable {what} URL ({why}): {_masked(url)}")
+    return InvalidOptionError(f"{name} is not a usable {what} URL ({why}): {masked_url(url)}")
 
 
 def _host_port(part: str, refuse: Any, default_port: int) -> tuple[str, int]:
@@ -313,7 +313,7 @@ def _host_port(part: str, refuse: Any, default_port: int) -> tuple[str, int]:
     return host, int(port)
 
 
-def _masked(url: str) -> str:
+def masked_url(url: str) -> str:
     """``url`` without its passwords (error messages end up in logs)."""
     base, q, query = url.partition("?")
     scheme, sep, rest = base.partition("://")
