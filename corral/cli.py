@@ -354,11 +354,11 @@ def cancel_command(queue_name: str, job_id: str, reason: str, url: str | None, p
 
 def _register_commands() -> None:
     # One module per noun, added to the group here: stats, jobs and job (corral/cli_inspect.py),
+    # retry, promote, remove, clean, pause, resume, drain and obliterate (corral/cli_manage.py),
     # health and metrics (corral/cli_ops.py).
-    from corral import cli_ops
-    from corral.cli_inspect import COMMANDS
+    from corral import cli_inspect, cli_manage, cli_ops
 
-    for command in COMMANDS:
+    for command in [*cli_inspect.COMMANDS, *cli_manage.COMMANDS]:
         main.add_command(command)
     cli_ops.register(main)
 

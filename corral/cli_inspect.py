@@ -52,7 +52,7 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="Print one J
 
 
 @contextmanager
-def _connect(url: str | None) -> Iterator[Redis]:
+def connect(url: str | None) -> Iterator[Redis]:
     """One checked client for the whole command (the queues are given it)."""
     clients = LazyClient(resolve_url(url))
     try:
@@ -88,7 +88,7 @@ def queue_exists(client: Redis, prefix: str, name: str) -> bool:
     )
 
 
-def _open_queue(client: Redis, prefix: str, name: str) -> Queue:
+def open_queue(client: Redis, prefix: str, name: str) -> Queue:
     queue = Queue(name, connection=client, prefix=prefix)  # a bad name: InvalidOptionError
     if not queue_exists(client, prefix, name):
         raise no_such_queue(name, prefix)
@@ -158,9 +158,9 @@ def stats_command(queues: tuple[str, ...], prefix: str, url: str | None, as_json
 
     Exit status 0; 1 when a QUEUE named does not exist, or the server cannot be used.
     """
-    with _connect(url) as client:
+    with connect(url) as client:
         names = list(queues) or discover_queues(client, prefix)
-        opened = [_open_queue(client, prefix, name) for name in names]
+        opened = [open_queue(client, prefix, name) for name in names]
         rows = [queue_stats(client, queue) for queue in opened]
     if as_json:
         _emit_json({"prefix": prefix, "queues": rows})
@@ -286,8 +286,8 @@ def jobs_command(
     be used.
     """
     wanted = list(states) or list(STATES)
-    with _connect(url) as client:
-        queue = _open_queue(client, prefix, queue_name)
+    with connect(url) as client:
+        queue = open_queue(client, prefix, queue_name)
         found = find_jobs(queue, wanted, limit, search)
     if as_json:
         jobs = [job_document(job, state) for state, job in found]
@@ -326,8 +326,8 @@ def job_command(queue_name: str, job_id: str, prefix: str, url: str | None, as_j
 
     Exit status 0; 1 when QUEUE or the job does not exist, or the server cannot be used.
     """
-    with _connect(url) as client:
-        queue = _open_queue(client, prefix, queue_name)
+    with connect(url) as client:
+        queue = open_queue(client, prefix, queue_name)
         job = queue.get_job(job_id)
         if job is None:
             raise CommandFailure(f"no such job {job_id!r} in queue {queue_name!r}")
