@@ -14,6 +14,7 @@ from typing import Any
 from corral import bounds
 from corral._async._queue_base import AsyncQueueBase
 from corral._async.job import AsyncJob
+from corral._async.state_getters import AsyncStateGetters
 from corral.bounds import MAX_COUNT, names_a_job
 from corral.errors import InvalidOptionError
 from corral.job import JobState
@@ -126,7 +127,7 @@ COUNTABLE = {
 LIST_STATES = frozenset({"waiting", "wait", "paused", "active"})
 
 
-class AsyncQueueGetters(AsyncQueueBase):
+class AsyncQueueGetters(AsyncQueueBase, AsyncStateGetters):
     """Methods that read jobs, counts and workers of the queue."""
 
     async def get_job_state(self, job_id: str) -> JobState:
@@ -245,34 +246,6 @@ class AsyncQueueGetters(AsyncQueueBase):
                 pipe.hgetall(self.keys.job(job_id))
             hashes: list[dict[str, str]] = await pipe.execute()
         return [self._bind(i, fields) for i, fields in zip(ids, hashes, strict=True) if fields]
-
-    async def get_waiting(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Waiting jobs, the next to run first (``get_jobs("waiting", start, end, asc=True)``)."""
-        return await self.get_jobs("waiting", start, end, asc=True)
-
-    async def get_active(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Active jobs, the longest running first."""
-        return await self.get_jobs("active", start, end, asc=True)
-
-    async def get_delayed(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Delayed jobs, the first due first."""
-        return await self.get_jobs("delayed", start, end, asc=True)
-
-    async def get_prioritized(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Prioritized jobs, the next to run first."""
-        return await self.get_jobs("prioritized", start, end, asc=True)
-
-    async def get_waiting_children(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Parents waiting for their children, the oldest first."""
-        return await self.get_jobs("waiting-children", start, end, asc=True)
-
-    async def get_completed(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Completed jobs, the last finished first."""
-        return await self.get_jobs("completed", start, end, asc=False)
-
-    async def get_failed(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Failed jobs, the last finished first."""
-        return await self.get_jobs("failed", start, end, asc=False)
 
     async def get_job_logs(
         self, job_id: str, start: int = 0, end: int = -1, asc: bool = True

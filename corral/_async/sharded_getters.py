@@ -14,6 +14,7 @@ from corral import _shards, options
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
 from corral._async.queue_getters import COUNTED_STATES, check_int, check_states
+from corral._async.state_getters import AsyncStateGetters
 from corral.errors import ConfigurationError
 from corral.job import JobState
 from corral.schedule import JobScheduler
@@ -38,7 +39,7 @@ async def check_shard_count(queue: AsyncQueue, shards: int, logical: str) -> Non
         )
 
 
-class AsyncShardedGetters:
+class AsyncShardedGetters(AsyncStateGetters):
     """Methods that find jobs in their shard, and count and list jobs over the shards."""
 
     #: The logical name, the key prefix, and how many shards.
@@ -151,34 +152,6 @@ class AsyncShardedGetters:
             lists = [await queue.get_jobs(state, 0, upto, asc=asc) for queue in await self._each()]
             merged.extend(heapq.merge(*lists, key=_shards.MERGE_KEYS[state], reverse=not asc))
         return _shards.cut(merged, start, end)
-
-    async def get_waiting(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Waiting jobs, the oldest first, merged over the shards."""
-        return await self.get_jobs("waiting", start, end, asc=True)
-
-    async def get_active(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Active jobs, the longest running first."""
-        return await self.get_jobs("active", start, end, asc=True)
-
-    async def get_delayed(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Delayed jobs, the first due first."""
-        return await self.get_jobs("delayed", start, end, asc=True)
-
-    async def get_prioritized(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Prioritized jobs, by priority then arrival."""
-        return await self.get_jobs("prioritized", start, end, asc=True)
-
-    async def get_waiting_children(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Parents waiting for their children, the oldest first."""
-        return await self.get_jobs("waiting-children", start, end, asc=True)
-
-    async def get_completed(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Completed jobs, the last finished first."""
-        return await self.get_jobs("completed", start, end, asc=False)
-
-    async def get_failed(self, start: int = 0, end: int = -1) -> list[AsyncJob]:
-        """Failed jobs, the last finished first."""
-        return await self.get_jobs("failed", start, end, asc=False)
 
     # -- schedulers: each lives in the shard of its id -----------------------------------
 

@@ -15,6 +15,7 @@ from typing import Any
 from corral import bounds
 from corral._sync._queue_base import QueueBase
 from corral._sync.job import Job
+from corral._sync.state_getters import StateGetters
 from corral.bounds import MAX_COUNT, names_a_job
 from corral.errors import InvalidOptionError
 from corral.job import JobState
@@ -127,7 +128,7 @@ COUNTABLE = {
 LIST_STATES = frozenset({"waiting", "wait", "paused", "active"})
 
 
-class QueueGetters(QueueBase):
+class QueueGetters(QueueBase, StateGetters):
     """Methods that read jobs, counts and workers of the queue."""
 
     def get_job_state(self, job_id: str) -> JobState:
@@ -246,34 +247,6 @@ class QueueGetters(QueueBase):
                 pipe.hgetall(self.keys.job(job_id))
             hashes: list[dict[str, str]] = pipe.execute()
         return [self._bind(i, fields) for i, fields in zip(ids, hashes, strict=True) if fields]
-
-    def get_waiting(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Waiting jobs, the next to run first (``get_jobs("waiting", start, end, asc=True)``)."""
-        return self.get_jobs("waiting", start, end, asc=True)
-
-    def get_active(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Active jobs, the longest running first."""
-        return self.get_jobs("active", start, end, asc=True)
-
-    def get_delayed(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Delayed jobs, the first due first."""
-        return self.get_jobs("delayed", start, end, asc=True)
-
-    def get_prioritized(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Prioritized jobs, the next to run first."""
-        return self.get_jobs("prioritized", start, end, asc=True)
-
-    def get_waiting_children(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Parents waiting for their children, the oldest first."""
-        return self.get_jobs("waiting-children", start, end, asc=True)
-
-    def get_completed(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Completed jobs, the last finished first."""
-        return self.get_jobs("completed", start, end, asc=False)
-
-    def get_failed(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Failed jobs, the last finished first."""
-        return self.get_jobs("failed", start, end, asc=False)
 
     def get_job_logs(
         self, job_id: str, start: int = 0, end: int = -1, asc: bool = True

@@ -15,6 +15,7 @@ from corral import _shards, options
 from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._sync.queue_getters import COUNTED_STATES, check_int, check_states
+from corral._sync.state_getters import StateGetters
 from corral.errors import ConfigurationError
 from corral.job import JobState
 from corral.schedule import JobScheduler
@@ -39,7 +40,7 @@ def check_shard_count(queue: Queue, shards: int, logical: str) -> None:
         )
 
 
-class ShardedGetters:
+class ShardedGetters(StateGetters):
     """Methods that find jobs in their shard, and count and list jobs over the shards."""
 
     #: The logical name, the key prefix, and how many shards.
@@ -152,34 +153,6 @@ class ShardedGetters:
             lists = [queue.get_jobs(state, 0, upto, asc=asc) for queue in self._each()]
             merged.extend(heapq.merge(*lists, key=_shards.MERGE_KEYS[state], reverse=not asc))
         return _shards.cut(merged, start, end)
-
-    def get_waiting(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Waiting jobs, the oldest first, merged over the shards."""
-        return self.get_jobs("waiting", start, end, asc=True)
-
-    def get_active(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Active jobs, the longest running first."""
-        return self.get_jobs("active", start, end, asc=True)
-
-    def get_delayed(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Delayed jobs, the first due first."""
-        return self.get_jobs("delayed", start, end, asc=True)
-
-    def get_prioritized(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Prioritized jobs, by priority then arrival."""
-        return self.get_jobs("prioritized", start, end, asc=True)
-
-    def get_waiting_children(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Parents waiting for their children, the oldest first."""
-        return self.get_jobs("waiting-children", start, end, asc=True)
-
-    def get_completed(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Completed jobs, the last finished first."""
-        return self.get_jobs("completed", start, end, asc=False)
-
-    def get_failed(self, start: int = 0, end: int = -1) -> list[Job]:
-        """Failed jobs, the last finished first."""
-        return self.get_jobs("failed", start, end, asc=False)
 
     # -- schedulers: each lives in the shard of its id -----------------------------------
 
