@@ -8,6 +8,7 @@ Example::
     Worker("emails", lambda job: f"sent to {job.data['to']}").run()
 """
 
+from corral._async.dead_letter_queue import AsyncDeadLetterQueue
 from corral._async.flow import AsyncFlowProducer
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
@@ -15,6 +16,7 @@ from corral._async.queue_events import AsyncQueueEvents
 from corral._async.sharded_queue import AsyncShardedQueue
 from corral._burst import RunSummary
 from corral._child_job import AsyncChildJob, ChildJob
+from corral._sync.dead_letter_queue import DeadLetterQueue
 from corral._sync.flow import FlowProducer
 from corral._sync.job import Job
 from corral._sync.queue import Queue
@@ -62,6 +64,7 @@ from corral.worker import Worker
 
 __all__ = [
     "AsyncChildJob",
+    "AsyncDeadLetterQueue",
     "AsyncFlowProducer",
     "AsyncJob",
     "AsyncQueue",
@@ -74,6 +77,7 @@ __all__ = [
     "ConfigurationError",
     "CorralError",
     "CrossSlotError",
+    "DeadLetterQueue",
     "DelayedError",
     "FlowAddError",
     "FlowJob",

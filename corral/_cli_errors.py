@@ -20,13 +20,17 @@ anything else                                 1       ``Type: message`` (``--deb
 ============================================  ======  =====================================
 
 Click's own usage errors (an unknown option, a bad value) exit with status 2, on one line too
-with :class:`OneLineCommand`.
+with :class:`OneLineCommand` (and :class:`OneLineGroup` for a group of subcommands).
+:func:`rename_options` turns the Python parameter names that an ``InvalidOptionError`` names
+into the command's option names (``priority`` -> ``--priority``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -54,6 +58,11 @@ class UsageFailure(CommandFailure):
     exit_code = 2
 
 
+def _one_line_usage(exc: click.UsageError, info_name: str | None) -> UsageFailure:
+    path = exc.ctx.command_path if exc.ctx is not None else info_name
+    return UsageFailure(f"{exc.format_message()} (see '{path} --help')")
+
+
 class OneLineCommand(click.Command):
     """A command whose usage errors (an unknown option, a bad value, a missing argument) are
     one line too, exit status 2, naming ``--help`` instead of printing the usage."""
@@ -68,8 +77,33 @@ class OneLineCommand(click.Command):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except click.UsageError as exc:
-            path = exc.ctx.command_path if exc.ctx is not None else info_name
-            raise UsageFailure(f"{exc.format_message()} (see '{path} --help')") from None
+            raise _one_line_usage(exc, info_name) from None
+
+
+class OneLineGroup(click.Group):
+    """:class:`OneLineCommand` for a group: its own usage errors, a missing or unknown
+    subcommand included, are one line (give its subcommands ``cls=OneLineCommand``). With no
+    argument at all it prints its help, as click's groups do."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise _one_line_usage(exc, info_name) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)  # "Missing command.", "No such command" come from here
+        except click.UsageError as exc:
+            raise _one_line_usage(exc, ctx.info_name) from None
 
 
 def no_such_queue(name: str, prefix: str) -> CommandFailure:
@@ -94,7 +128,9 @@ def describe(exc: BaseException, url: str | None) -> tuple[str, int]:
     where = masked_url(found) if found else "the embedded server"
     if isinstance(exc, errors.InvalidOptionError):
         message = str(exc)
-        if message.startswith("connection "):  # the Python parameter: name the CLI's source
+        # The Python parameter's name ("connection ...", "connection: ..."): say where the
+        # CLI's URL came from instead.
+        if message.startswith(("connection ", "connection:")):
             source = "--url" if url else url_source()
             message = source + message[len("connection") :]
         return message, 2
@@ -147,3 +183,31 @@ def cli_errors(func: Callable[..., T]) -> Callable[..., T]:
             raise (UsageFailure if code == 2 else CommandFailure)(message) from None
 
     return wrapper
+
+
+def rename_options(message: str, names: Mapping[str, str]) -> str:
+    """``message`` with each Python name of ``names`` (a parameter, or a phrase such as
+    ``"backoff delay"``) replaced by the command's name for it (``"--backoff delay"``).
+
+    Only the part before ``", got "`` is rewritten: what follows is the value refused, quoted
+    as the user gave it.
+    """
+    head, got, value = message.partition(", got ")
+    if not names:
+        return message
+    words = sorted(names, key=len, reverse=True)  # "soft_timeout" before "timeout"
+    pattern = re.compile(r"(?<![\w'-])(" + "|".join(map(re.escape, words)) + r")(?![\w'-])")
+    return pattern.sub(lambda m: names[m.group(1)], head) + got + value
+
+
+@contextmanager
+def cli_option_names(names: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise an ``InvalidOptionError`` of the body with the command's option names (see
+    :func:`rename_options`); :func:`cli_errors` then shows it as a usage error."""
+    try:
+        yield
+    except errors.InvalidOptionError as exc:
+        message = str(exc)
+        if message.startswith(("connection ", "connection:")):  # describe() names its source
+            raise
+        raise errors.InvalidOptionError(rename_options(message, names)) from None

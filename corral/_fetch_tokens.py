@@ -34,6 +34,7 @@ class FetchTokens:
     """
 
     __slots__ = (
+        "_dead_letter_queue",
         "_limit_max",
         "_limit_ms",
         "_lock_ms",
@@ -61,6 +62,7 @@ class FetchTokens:
         self._limit_max = o.limit_max
         self._limit_ms = o.limit_ms
         self._metrics_points = o.metrics_points
+        self._dead_letter_queue = o.dead_letter_queue
 
     def fetch(self, count: int) -> _scripts.FetchNext:
         """The fetch part of a script call for ``count`` jobs, with their range of tokens."""
@@ -76,6 +78,7 @@ class FetchTokens:
             self._limit_max,
             self._limit_ms,
             self._metrics_points,
+            self._dead_letter_queue,
         )
 
     def fetch_lost(self, first_seq: int, count: int) -> None:

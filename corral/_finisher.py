@@ -129,4 +129,5 @@ class Finisher:
         args: list[Any] = [self._queue._job_prefix, now_ms(), *spec[:8], spec[8], len(batch)]
         for item in batch:
             args += item.values
+        args.append(spec[9])  # the worker's dead-letter queue, after the jobs (ARGV[13 + 8n])
         return await self._queue._run(_scripts.FINISH_JOBS, args)

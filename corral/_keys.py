@@ -37,6 +37,10 @@ SCRIPT_KEY_SUFFIXES: tuple[str, ...] = (
 )
 
 
+#: Suffix of the queue's hash of pending dead letters (:attr:`QueueKeys.dead_letters`).
+DEAD_LETTERS_SUFFIX = "x-dlq"
+
+
 def hash_tag(name: str) -> str | None:
     """The hash tag of a key that starts with ``name`` (the text between the first ``{`` and
     the first ``}`` after it, when not empty), or ``None`` when ``name`` holds no complete one:
@@ -157,6 +161,13 @@ class QueueKeys:
     @property
     def id_counter(self) -> str:
         return self.key("id")
+
+    @property
+    def dead_letters(self) -> str:
+        """corral's hash of the dead letters not yet copied into their dead-letter queue:
+        ``prefix:name:x-dlq``, written by the scripts that fail a job for good
+        (``_lua/include/dead_letter.lua``, which names it from the prefix the same way)."""
+        return self.key(DEAD_LETTERS_SUFFIX)
 
 
 def split_job_key(job_key: str) -> tuple[str, str, str]:

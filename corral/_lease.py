@@ -41,6 +41,7 @@ from corral._async.queue_schedulers import schedule_next_iteration
 from corral._finisher import Finisher
 from corral._runners import Control, Runner
 from corral._supervisor import Outage
+from corral._telemetry import AttemptSpan, Hooks
 from corral.clock import monotonic
 from corral.errors import (
     ConfigurationError,
@@ -95,6 +96,8 @@ class LeaseContext:
     #: Told a finish the server refused for the worker's settings (an ACL without a command
     #: the finish needs): the worker stops, as when another of its loops meets one.
     refused: Callable[[ConfigurationError], None] = lambda error: None
+    #: The worker's OpenTelemetry hooks (``telemetry=``), ``None`` when off.
+    telemetry: Hooks | None = None
 
 
 class Lease:
@@ -103,6 +106,7 @@ class Lease:
 
     __slots__ = (
         "_abandoned",
+        "_attempt",
         "_cancelled",
         "_control",
         "_ctx",
@@ -134,6 +138,7 @@ class Lease:
         self._control = Control()
         #: A cancel request that came before the processor started.
         self._cancelled: JobCancelledError | None = None
+        self._attempt: AttemptSpan | None = None  # the attempt's span, with telemetry on
         reason = fetched.fields.get("x-cancel")
         if reason is not None:  # cancelled while it was active elsewhere, or before a retry
             self._cancelled = cancelled_error(reason)
@@ -225,9 +230,18 @@ class Lease:
             if self._cut:  # close cut it short before it started
                 await self._put_back(job)
                 return None
-            return await self._process(job)
+            if self._ctx.telemetry is None:
+                return await self._process(job)
+            return await self._traced(job)
         finally:
             self.state = LeaseState.SETTLED
+
+    async def _traced(self, job: AsyncJob) -> _scripts.Fetched | None:
+        """:meth:`_process` in the attempt's span, the current one while the processor runs."""
+        assert self._ctx.telemetry is not None
+        with self._ctx.telemetry.processing(job) as attempt:
+            self._attempt = attempt
+            return await self._process(job)
 
     def _arm(self, job: AsyncJob) -> None:
         """Start the job's clocks: its own ``timeout``/``soft_timeout``, else the worker's."""
@@ -302,6 +316,8 @@ class Lease:
 
     async def _failed(self, job: AsyncJob, error: BaseException) -> list[Any]:
         await self._ctx.emit("failed", job, error)
+        if self._attempt is not None:
+            self._attempt.failed(error)
         return job.failure(error, self.token, self._ctx.policy)
 
     async def _undecodable(self, exc: Exception) -> _scripts.Fetched | None:
@@ -382,6 +398,8 @@ class Lease:
             await ctx.emit("lock_lost", job.id)
         else:
             ctx.tally(values[2])
+            if self._attempt is not None:
+                self._attempt.settled(values[2])
             job.attempts_made = code
             if completed:
                 job.returnvalue = result

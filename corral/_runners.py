@@ -21,6 +21,7 @@ attempt can be interrupted where it runs:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import functools
 import threading
@@ -321,8 +322,13 @@ class ThreadRunner:
 
         control.attach(warn, functools.partial(call.raise_in, Stop))
         loop = asyncio.get_running_loop()
+        # The thread runs in a copy of the lease's context, as asyncio.to_thread does: what
+        # the processor reads from contextvars (the attempt's span) is what the lease set.
+        context = contextvars.copy_context()
         try:
-            return await loop.run_in_executor(self._pool, call, self._processor, sync_job)
+            return await loop.run_in_executor(
+                self._pool, context.run, call, self._processor, sync_job
+            )
         finally:
             control.detach()
 

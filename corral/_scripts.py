@@ -83,6 +83,10 @@ class FetchNext:
     #: BullMQ's metrics: data points kept per minute series (0: none). Read by
     #: move_to_finished.lua only (its ARGV[19]), which finishes a job before fetching.
     metrics_points: int = 0
+    #: The worker's dead-letter queue ("": none), for the jobs a call fails for good whose
+    #: opts name none: move_to_active.lua's ARGV[12], move_to_finished.lua's ARGV[20];
+    #: the finisher passes it last to finish_jobs.lua.
+    dead_letter_queue: str = ""
 
     def args(self) -> list[Any]:
         return [
@@ -95,6 +99,7 @@ class FetchNext:
             self.limit_max,
             self.limit_ms,
             self.metrics_points,
+            self.dead_letter_queue,
         ]
 
 

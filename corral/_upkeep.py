@@ -1,6 +1,6 @@
-"""What runs beside a worker's fetching, as steps of its supervisor: lock renewal and the
-stalled-job check. Neither handles errors itself: the supervisor waits out transient ones
-and restarts a step that failed for another reason.
+"""What runs beside a worker's fetching, as steps of its supervisor: lock renewal, the
+stalled-job check and the copy of dead letters. None handles errors itself: the supervisor
+waits out transient ones and restarts a step that failed for another reason.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from corral import _codec, _scripts
+from corral._async.dead_letter_queue import DeadLetterCopier
 from corral._async.queue import AsyncQueue
 from corral._lease import Lease
 from corral.clock import monotonic, now_ms
@@ -66,3 +67,24 @@ class StallChecker:
             logger.warning("worker %s: job %s stalled, back in wait", self._queue.name, job_id)
             await self._emit("stalled", job_id)
         return min(int(reply[0]), self._interval_ms) / 1000
+
+
+class DeadLetterSweeper:
+    """Copies the queue's pending dead letters into their DLQs: at start (what a worker that
+    died between failing a job and copying it left), when woken after a final failure, and
+    at least every ``interval_ms`` (the jobs failed at fetch, or by ``queue.cancel`` in a
+    process that could not copy them)."""
+
+    def __init__(self, queue: AsyncQueue, interval_ms: int) -> None:
+        self._copier = DeadLetterCopier(queue)
+        self._interval_ms = interval_ms
+
+    async def copy(self) -> int:
+        return await self._copier.copy()
+
+    async def close(self) -> None:
+        await self._copier.close()
+
+    async def step(self) -> float:
+        await self._copier.copy()
+        return self._interval_ms / 1000

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from corral import clock
+from corral import _rates, clock
 from corral._cli_errors import CommandFailure, OneLineCommand, cli_errors, no_such_queue
 from corral._sync._redis import LazyClient
 from corral._sync.job import Job
@@ -41,6 +41,10 @@ STATES = (
 _NEWEST_FIRST = frozenset({"completed", "failed"})
 #: Jobs read per round trip while ``--search`` looks through a state.
 _SEARCH_PAGE = 200
+#: Table headers of the states whose names are long (the table fits in 120 columns).
+_HEADERS = {"prioritized": "prio", "waiting-children": "children", "completed": "done"}
+#: The finished states a rate per minute is given for.
+RATE_KINDS = ("completed", "failed")
 
 _url_option = click.option(
     "--url",
@@ -108,16 +112,47 @@ def _oldest_waiting_age(client: Redis, queue: Queue, now_ms: int) -> float | Non
     return max(now_ms - due, 0) / 1000
 
 
+def queue_rates(client: Redis, queue: Queue, now_ms: int) -> dict[str, Any]:
+    """Completed and failed jobs per minute (``rates_per_min``) and where each rate came from
+    (``rate_source``: ``"metrics"`` or ``"finished"``), in one round trip (see
+    :mod:`corral._rates`)."""
+    pipe = client.pipeline(transaction=False)
+    for kind in RATE_KINDS:
+        metrics = queue.keys.key(f"metrics:{kind}")
+        pipe.hmget(metrics, "count", "prevTS", "prevCount")
+        pipe.lindex(f"{metrics}:data", 0)
+        # The finished sets are scored by finishedOn. No upper bound: a worker whose clock is
+        # a little ahead of this one finished its jobs "in the future".
+        pipe.zcount(queue.keys.key(kind), now_ms - _rates.WINDOW_MS, "+inf")
+    replies = pipe.execute()
+    rates: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    for i, kind in enumerate(RATE_KINDS):
+        fields, point, finished = replies[3 * i : 3 * i + 3]
+        sample = _rates.parse_metrics(fields, point)
+        rate, source = _rates.choose_rate(sample, int(finished), now_ms)
+        rates[kind] = round(rate, 1)
+        sources[kind] = source
+    return {"rates_per_min": rates, "rate_source": sources}
+
+
 def queue_stats(client: Redis, queue: Queue) -> dict[str, Any]:
     """One entry of ``corral stats --json``."""
     counts = queue.get_job_counts(*STATES)
+    now_ms = clock.now_ms()
     return {
         "name": queue.name,
         "paused": queue.is_paused(),
         "counts": counts,
         "workers": len(queue.get_workers()),
-        "oldest_waiting_age_s": _oldest_waiting_age(client, queue, clock.now_ms()),
+        "oldest_waiting_age_s": _oldest_waiting_age(client, queue, now_ms),
+        **queue_rates(client, queue, now_ms),
     }
+
+
+def rate_text(rate: float) -> str:
+    """A rate per minute for a table: ``12``, ``0.4``."""
+    return f"{rate:.0f}" if rate == int(rate) else f"{rate:.1f}"
 
 
 def _age(seconds: float | None) -> str:
@@ -153,8 +188,8 @@ def _emit_json(document: Any) -> None:
 @_json_option
 @cli_errors
 def stats_command(queues: tuple[str, ...], prefix: str, url: str | None, as_json: bool) -> None:
-    """Counts per state, workers and the oldest waiting job of each QUEUE (every queue of the
-    prefix when none is named).
+    """Counts per state, workers, the oldest waiting job and completed and failed jobs per
+    minute of each QUEUE (every queue of the prefix when none is named).
 
     Exit status 0; 1 when a QUEUE named does not exist, or the server cannot be used.
     """
@@ -169,11 +204,16 @@ def stats_command(queues: tuple[str, ...], prefix: str, url: str | None, as_json
         click.echo(f"no queues under prefix {prefix!r}")
         return
     table = Table(title=f"queues ({prefix})", title_justify="left")
-    table.add_column("queue", no_wrap=True)
-    for state in STATES:
-        table.add_column(state.replace("waiting-children", "children"), justify="right")
-    table.add_column("workers", justify="right")
-    table.add_column("oldest waiting", justify="right")
+    table.add_column("queue", no_wrap=True, vertical="bottom")
+    # Two-line headers (bottom-aligned), so that the table fits in 120 columns.
+    for header in (
+        *(_HEADERS.get(state, state) for state in STATES),
+        "workers",
+        "oldest\nwaiting",
+        "done\n/min",
+        "failed\n/min",
+    ):
+        table.add_column(header, justify="right", vertical="bottom")
     for row in rows:
         name = Text(row["name"]) + (Text(" (paused)", style="yellow") if row["paused"] else "")
         counts = row["counts"]
@@ -182,6 +222,7 @@ def stats_command(queues: tuple[str, ...], prefix: str, url: str | None, as_json
             *(str(counts[s]) for s in STATES),
             str(row["workers"]),
             _age(row["oldest_waiting_age_s"]),
+            *(rate_text(row["rates_per_min"][kind]) for kind in RATE_KINDS),
         )
     _console().print(table)
 

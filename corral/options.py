@@ -72,6 +72,20 @@ def positive_ms(option: str, value: Duration) -> int:
 #: runs such a job as any other.
 TIMEOUT_KEY = "x-timeout"
 SOFT_TIMEOUT_KEY = "x-soft-timeout"
+#: Where ``opts`` JSON names a job's dead-letter queue (corral/_lua/include/dead_letter.lua
+#: reads it): a key BullMQ never reads, so a Node worker runs such a job as any other.
+DEAD_LETTER_KEY = "x-dlq"
+
+
+def check_dead_letter_queue(value: Any, queue_name: str | None = None) -> str:
+    """A ``dead_letter_queue`` option: a queue name (no ``:``), not the queue's own."""
+    name = check_text("dead_letter_queue", value, colon=False)
+    if name == queue_name:
+        raise InvalidOptionError(
+            f"dead_letter_queue must be another queue than {queue_name!r}: a job that failed "
+            "for good would be added back to the queue it failed in"
+        )
+    return name
 
 
 def timeouts(timeout: Duration | None, soft_timeout: Duration | None) -> tuple[int, int]:
@@ -282,6 +296,7 @@ class JobOptionsDict(TypedDict, total=False):
     idempotency_window: Duration
     timeout: Duration
     soft_timeout: Duration
+    dead_letter_queue: str
 
 
 OPTION_NAMES = frozenset(JobOptionsDict.__annotations__)
@@ -312,6 +327,8 @@ class JobOptions:
     #: The attempt's time limit and its soft warning, in ms (0: none).
     timeout_ms: int = 0
     soft_timeout_ms: int = 0
+    #: The queue (same prefix) a copy goes to when the job fails for good, or ``None``.
+    dead_letter_queue: str | None = None
 
     @classmethod
     def build(
@@ -378,6 +395,9 @@ class JobOptions:
             idempotency_window_ms=idem_ms,
             timeout_ms=timeout_ms,
             soft_timeout_ms=soft_timeout_ms,
+            dead_letter_queue=None
+            if get("dead_letter_queue") is None
+            else check_dead_letter_queue(o["dead_letter_queue"]),
         )
 
     @property
@@ -438,6 +458,8 @@ class JobOptions:
             opts[TIMEOUT_KEY] = self.timeout_ms
         if self.soft_timeout_ms:
             opts[SOFT_TIMEOUT_KEY] = self.soft_timeout_ms
+        if self.dead_letter_queue is not None:
+            opts[DEAD_LETTER_KEY] = self.dead_letter_queue
         return opts
 
     def dedup_args(self) -> list[Any]:

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from corral import _upkeep, options
+from corral import _telemetry, _upkeep, options
 from corral._async._redis import Connectable
 from corral._async.job import AsyncJob
 from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
@@ -111,6 +111,16 @@ class Worker:
             the same count) as one: ``concurrency`` is shared by all of them, a free slot goes
             to the shards in turn, and no busy shard starves another (see docs/scaling.md).
             Not with ``limiter`` or ``processes``.
+        dead_letter_queue: where a job this worker fails for good (no attempts left,
+            unrecoverable, cancelled, timed out, stalled too often, undecodable) is copied with
+            its whole history, when the job's own options name no dead-letter queue (see
+            docs/observability.md, "Dead-letter queues"). Any worker of the queue also copies
+            the copies a dead worker left pending, at start and then every
+            ``stalled_interval``.
+        telemetry: a :class:`corral.otel.Telemetry` (or ``True`` for one on the global
+            providers): a CONSUMER span per attempt, the current span while the processor
+            runs, continuing the trace the job carries, and job metrics (see
+            docs/observability.md, "OpenTelemetry"). Off by default.
 
     Example::
 
@@ -156,9 +166,12 @@ class Worker:
         max_jobs_per_child: int | None = None,
         strict: bool = False,
         shards: int = 1,
+        dead_letter_queue: str | None = None,
+        telemetry: _telemetry.Hooks | bool | None = None,
     ) -> None:
         if check_shards(shards) != 1:
             raise InvalidOptionError("shards= needs the class Worker itself, not a subclass")
+        self._telemetry = _telemetry.resolve(telemetry)
         check_shard_count_of(queue_name, 1)
         o = self._o = WorkerOptions.build(
             queue_name,
@@ -185,6 +198,7 @@ class Worker:
             max_memory_mb=max_memory_mb,
             max_jobs_per_child=max_jobs_per_child,
             strict=strict,
+            dead_letter_queue=dead_letter_queue,
         )
         self.queue_name = queue_name
         self.processor = o.processor
@@ -204,6 +218,7 @@ class Worker:
         self._runner: Runner | None = None
         self._cancels: CancelListener | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._dead_letters: _upkeep.DeadLetterSweeper | None = None
         #: Run on the queue once it is connected, before any job is taken (a sharded worker
         #: checks the shard's recorded count there).
         self._on_open: Callable[[AsyncQueue], Awaitable[None]] | None = None
@@ -376,8 +391,9 @@ class Worker:
             emit=self._emit,
             timeout_ms=self._o.timeout_ms,
             soft_timeout_ms=self._o.soft_timeout_ms,
-            tally=slots.limits.tally,
+            tally=functools.partial(_tally, slots.limits.tally, supervisor),
             refused=supervisor.fail,
+            telemetry=self._telemetry,
         )
         slots.arm(queue, blocking, ctx)
         supervisor.on_fatal(self._exit_now)
@@ -385,10 +401,12 @@ class Worker:
             runner.on_broken = supervisor.fail
         renewer = _upkeep.LockRenewer(queue, slots.leases.values, self._o.lock_ms)
         checker = _upkeep.StallChecker(queue, self._o.stalled_ms, self._emit)
+        dead_letters = self._dead_letters = _upkeep.DeadLetterSweeper(queue, self._o.stalled_ms)
         self._cancels = CancelListener(queue, listen, slots.leases.values)
         supervisor.start("cancel", self._cancels.step)
         supervisor.start("renew", renewer.step)
         supervisor.start("stalled", checker.step)
+        supervisor.start("dead-letters", dead_letters.step)
         supervisor.start("fetch", slots.fetch_step)
         budget = slots.limits.time_left()
         timer = None
@@ -401,6 +419,10 @@ class Worker:
             if timer is not None:
                 timer.cancel()
         await slots.settle()
+        if supervisor.fatal is None:
+            # The jobs that failed for good last are copied now rather than at the next start.
+            with contextlib.suppress(Exception):
+                await dead_letters.copy()
         if slots.lost and supervisor.fatal is None:
             with contextlib.suppress(Exception):
                 await slots.tokens.release(queue)
@@ -419,6 +441,9 @@ class Worker:
         task.add_done_callback(self._background.discard)
 
     async def _release(self) -> None:
+        if self._dead_letters is not None:
+            await self._dead_letters.close()
+            self._dead_letters = None
         if self._cancels is not None:
             await self._cancels.close()
             self._cancels = None
@@ -449,3 +474,11 @@ class Worker:
         if job.repeat_job_key:
             await schedule_next_iteration(job.queue, job)
         return job
+
+
+def _tally(count: Callable[[str], None], supervisor: Supervisor, outcome: str) -> None:
+    """Count an outcome the server confirmed; a final failure may have left a dead letter:
+    wake the copy (off the finish's path: the finish call is already answered)."""
+    count(outcome)
+    if outcome == "failed":
+        supervisor.wake("dead-letters")

@@ -46,6 +46,8 @@ class WorkerOptions:
     soft_timeout_ms: int
     processes: ProcessOptions | None
     strict: bool
+    #: Where jobs this worker fails for good go when their opts name no DLQ ("": nowhere).
+    dead_letter_queue: str = ""
 
     @classmethod
     def build(
@@ -75,6 +77,7 @@ class WorkerOptions:
         max_memory_mb: int | None,
         max_jobs_per_child: int | None,
         strict: bool,
+        dead_letter_queue: str | None = None,
     ) -> WorkerOptions:
         """Check every argument of ``Worker``; raise the first error, naming it.
 
@@ -125,6 +128,9 @@ class WorkerOptions:
             soft_timeout_ms=soft_timeout_ms,
             processes=children,
             strict=strict,
+            dead_letter_queue=""
+            if dead_letter_queue is None
+            else options.check_dead_letter_queue(dead_letter_queue, queue_name),
         )
 
 

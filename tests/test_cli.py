@@ -1,7 +1,10 @@
-"""`corral worker` as a user runs it: a process that works a queue until SIGTERM."""
+"""`corral worker` as a user runs it: a process that works a queue until SIGTERM; `corral
+server start` refusing a data directory it cannot use. The helpers here are shared by the
+other CLI tests."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -9,8 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
 from corral import Queue
+from corral.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,10 +24,34 @@ def corral(*args: str) -> list[str]:
     return [sys.executable, "-c", "from corral.cli import main; main()", *args]
 
 
-def run_corral(*args: str) -> subprocess.CompletedProcess[str]:
+def run_corral(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        corral(*args), cwd=ROOT, capture_output=True, text=True, timeout=30, check=False
+        corral(*args),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        input=stdin,
     )
+
+
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> Result:
+    """``corral ARGS`` in this process (click's runner: stdout and stderr apart)."""
+    return CliRunner().invoke(main, list(args), env=env, input=stdin)
+
+
+def one_line_error(result: Result | subprocess.CompletedProcess[str], code: int) -> str:
+    """The error line, after checking the exit status and that it is alone on stderr (no
+    traceback), with nothing on stdout."""
+    status = result.exit_code if isinstance(result, Result) else result.returncode
+    assert status == code, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ")
+    return lines[0]
 
 
 @pytest.mark.timeout(60)
@@ -87,3 +116,40 @@ def test_worker_command_needs_a_queue() -> None:
     proc = run_corral("worker", "tests.fixtures.processors:shout")
     assert proc.returncode == 2
     assert "Missing option '--queue'" in proc.stderr
+
+
+def test_server_start_with_an_unusable_data_directory_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    line = one_line_error(run_corral("server", "start", "--data-dir", str(blocker / "data")), 1)
+    assert line == f"Error: cannot use the data directory '{blocker / 'data'}': Not a directory"
+    line = one_line_error(cli("server", "start", "--data-dir", str(blocker)), 2)
+    assert "'--data-dir'" in line and "is a file" in line
+    assert "No such command 'begin'" in one_line_error(cli("server", "begin"), 2)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_server_start_in_a_read_only_directory_is_one_line(tmp_path: Path) -> None:
+    tmp_path.chmod(0o500)
+    try:
+        line = one_line_error(cli("server", "start", "--data-dir", str(tmp_path / "d")), 1)
+    finally:
+        tmp_path.chmod(0o700)
+    assert line.endswith(": Permission denied")
+
+
+def test_rename_options_names_the_flags_and_keeps_the_value() -> None:
+    from corral._cli_errors import rename_options
+    from corral._cli_options import JOB_OPTION_NAMES
+
+    message = "soft_timeout must be less than timeout, got 'timeout delay'"
+    assert rename_options(message, JOB_OPTION_NAMES) == (
+        "--soft-timeout must be less than --timeout, got 'timeout delay'"
+    )
+    assert rename_options("backoff delay must be > 0", JOB_OPTION_NAMES) == (
+        "--backoff delay must be > 0"
+    )
+    assert rename_options("job_id 'delay' is taken", JOB_OPTION_NAMES) == (
+        "--job-id 'delay' is taken"
+    )
+    assert rename_options("priorityx is not", JOB_OPTION_NAMES) == "priorityx is not"

@@ -9,7 +9,9 @@ from click.testing import CliRunner
 
 from corral import Queue, _scripts, clock
 from corral.cli import main
-from tests.test_cli import run_corral
+from corral.errors import InvalidOptionError
+from tests.conftest import free_port
+from tests.test_cli import cli, one_line_error, run_corral
 
 
 def cancel(*args: str) -> tuple[int, str]:
@@ -57,35 +59,41 @@ def test_cancel_an_active_job(redis_url: str, r: redis.Redis) -> None:
 
 
 def test_unknown_or_finished_job_is_a_one_line_error(redis_url: str, r: redis.Redis) -> None:
-    proc = run_corral("cancel", "reports", "nope", "--url", redis_url)
-    assert proc.returncode == 1
-    assert proc.stderr == "Error: job nope does not exist in queue reports\n"
-    assert proc.stdout == ""
+    line = one_line_error(run_corral("cancel", "reports", "nope", "--url", redis_url), 1)
+    assert line == "Error: job nope does not exist in queue reports"
 
     with Queue("reports", connection=redis_url) as queue:
         job = queue.add("nightly", None)
     assert cancel("reports", job.id, "--url", redis_url)[0] == 0
     before = r.hgetall(f"bull:reports:{job.id}")
-    code, out = cancel("reports", job.id, "--url", redis_url)
-    assert code == 1
-    assert out == f"Error: job {job.id} in queue reports has already finished\n"
+    line = one_line_error(cli("cancel", "reports", job.id, "--url", redis_url), 1)
+    assert line == f"Error: job {job.id} in queue reports has already finished"
     assert r.hgetall(f"bull:reports:{job.id}") == before
 
 
-def test_bad_input_is_refused_before_anything_is_written(redis_url: str, r: redis.Redis) -> None:
+def test_bad_input_is_a_usage_error_and_writes_nothing(redis_url: str, r: redis.Redis) -> None:
     with Queue("reports", connection=redis_url) as queue:
         job = queue.add("nightly", None)
     before = r.dbsize(), r.hgetall(f"bull:reports:{job.id}")
-    code, out = cancel("reports", job.id, "--reason", "x" * 1001, "--url", redis_url)
-    assert code == 1
-    assert out == "Error: reason must be at most 1000 characters, got 1001\n"
-    code, out = cancel("bad:name", job.id, "--url", redis_url)
-    assert code == 1 and out.startswith("Error: queue name must not contain ':'")
+    result = cli("cancel", "reports", job.id, "--reason", "x" * 1001, "--url", redis_url)
+    assert one_line_error(result, 2) == "Error: --reason must be at most 1000 characters, got 1001"
+    line = one_line_error(cli("cancel", "bad:name", job.id, "--url", redis_url), 2)
+    assert line.startswith("Error: queue name must not contain ':'")
+    line = one_line_error(cli("cancel", "reports", job.id, "--url", "http://localhost/0"), 2)
+    assert line.startswith("Error: --url is not a usable Redis URL")
+    assert one_line_error(cli("cancel", "reports"), 2).startswith("Error: Missing argument")
     assert (r.dbsize(), r.hgetall(f"bull:reports:{job.id}")) == before
 
 
-def test_unreachable_server() -> None:
-    code, out = cancel("reports", "j", "--url", "redis://127.0.0.1:1/0")
-    assert code == 1
-    assert out.startswith("Error: cannot reach the server:")
-    assert len(out.strip().splitlines()) == 1
+def test_unreachable_server_and_db_index(redis_url: str) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    line = one_line_error(cli("cancel", "reports", "j", "--url", url), 1)
+    assert line.startswith(f"Error: cannot reach the server at {url}: ")
+    url = redis_url.rsplit("/", 1)[0] + "/999"
+    line = one_line_error(cli("cancel", "reports", "j", "--url", url), 1)
+    assert line.startswith("Error: db index out of range at ")
+
+
+def test_debug_shows_the_exception() -> None:
+    result = cli("cancel", "reports", "j", "--url", "http://localhost/0", "--debug")
+    assert isinstance(result.exception, InvalidOptionError)

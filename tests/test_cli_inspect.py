@@ -145,6 +145,57 @@ def test_stats_discovers_queues_of_its_prefix_only(redis_url: str, r: redis.Redi
     }
 
 
+def _fail_odd(job: Any) -> int:
+    if job.data["i"] % 2:
+        raise RuntimeError("odd")
+    return int(job.data["i"])
+
+
+def test_stats_rates_from_the_finished_sets(seeded: str, r: redis.Redis) -> None:
+    """No worker records metrics: the rates count the finished sets' jobs (scored by
+    finishedOn) of the last minute."""
+    (reports,) = as_json("stats", "reports", "--url", seeded)["queues"]
+    assert reports["rates_per_min"] == {"completed": 1.0, "failed": 1.0}
+    assert reports["rate_source"] == {"completed": "finished", "failed": "finished"}
+    with Queue("reports", connection=seeded) as queue:
+        queue.add_bulk([("nightly", {"day": f"d{i}"}) for i in range(4)])
+    assert Worker("reports", _reports, connection=seeded).run(burst=True).completed == 4
+    # One finished two minutes ago (as its worker would have recorded it) is out of the window.
+    finished_on = r.zscore("bull:reports:completed", "good")
+    assert finished_on is not None
+    r.zadd("bull:reports:completed", {"good": int(finished_on) - 120_000})
+    (reports,) = as_json("stats", "reports", "--url", seeded)["queues"]
+    assert reports["rates_per_min"] == {"completed": 4.0, "failed": 1.0}
+    (emails,) = as_json("stats", "emails", "--url", seeded)["queues"]
+    assert emails["rates_per_min"] == {"completed": 0.0, "failed": 0.0}
+    row = next(
+        line for line in cli("stats", "--url", seeded).stdout.splitlines() if "reports" in line
+    )
+    assert [cell.strip() for cell in row.split("│")[-3:-1]] == ["4", "1"]
+
+
+def test_stats_rates_from_bullmq_metrics(redis_url: str, r: redis.Redis) -> None:
+    """Workers record metrics and the completed jobs are removed at once: the metrics still
+    count them, the finished set would not."""
+    with Queue("m", connection=redis_url) as queue:
+        queue.add_bulk([("n", {"i": i}, {"remove_on_complete": True}) for i in range(7)])
+    summary = Worker("m", _fail_odd, connection=redis_url, metrics_max_data_points=10).run(
+        burst=True
+    )
+    assert (summary.completed, summary.failed) == (4, 3)
+    assert r.zcard("bull:m:completed") == 0
+    (m,) = as_json("stats", "m", "--url", redis_url)["queues"]
+    assert m["rates_per_min"] == {"completed": 4.0, "failed": 3.0}
+    assert m["rate_source"] == {"completed": "metrics", "failed": "metrics"}
+    # Metrics left by workers gone while others, without metrics, finish more: the set wins.
+    r.hset("bull:m:metrics:completed", mapping={"count": 4, "prevTS": 1, "prevCount": 0})
+    with Queue("m", connection=redis_url) as queue:
+        queue.add_bulk([("n", {"i": 2 * i}) for i in range(3)])
+    assert Worker("m", _fail_odd, connection=redis_url).run(burst=True).completed == 3
+    (m,) = as_json("stats", "m", "--url", redis_url)["queues"]
+    assert (m["rates_per_min"]["completed"], m["rate_source"]["completed"]) == (3.0, "finished")
+
+
 # jobs
 
 

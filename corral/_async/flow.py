@@ -22,7 +22,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from corral import _flow_chunks, _scripts, options
+from corral import _flow_chunks, _scripts, _telemetry, options
 from corral._adds import MAX_ADD_RETRIES, add_retry_delay, may_resend
 from corral._async._calls import run_atomically, run_script
 from corral._async._redis import Connectable, LazyClient
@@ -65,6 +65,9 @@ class AsyncFlowProducer:
         strict: refuse, rather than warn about, a server whose maxmemory-policy evicts keys.
         add_retries: how many times a chunk of a flow too big for one transaction is sent
             again after a transient error (a resend never creates a job twice); 0 for none.
+        telemetry: a :class:`corral.otel.Telemetry` (or ``True`` for one on the global
+            providers): a PRODUCER span per call and per job, each job carrying its span's
+            context (see docs/observability.md, "OpenTelemetry"). Off by default.
 
     Example::
 
@@ -86,8 +89,10 @@ class AsyncFlowProducer:
         prefix: str = DEFAULT_PREFIX,
         strict: bool = False,
         add_retries: int = 20,
+        telemetry: _telemetry.Hooks | bool | None = None,
     ) -> None:
         self.prefix = options.check_prefix(prefix)
+        self._telemetry = _telemetry.resolve(telemetry)
         self.add_retries = options.int_option("add_retries", add_retries, 0, MAX_ADD_RETRIES)
         self._clients = LazyClient(connection, strict=strict, slot_key=self.prefix)
         self._queues: dict[tuple[str, str], AsyncQueue] = {}
@@ -153,7 +158,7 @@ class AsyncFlowProducer:
             FlowAddError: a flow written in chunks stopped part-way; its parents written so
                 far were released to run with the children they got.
         """
-        return (await self._add([flow_nodes(tree)]))[0]
+        return (await self._traced([flow_nodes(tree)]))[0]
 
     async def add_bulk(self, trees: Iterable[FlowJob | dict[str, Any]]) -> list[JobNode[AsyncJob]]:
         """Add several flows in one transaction: all of them, or (on any error) none. Flows
@@ -171,13 +176,28 @@ class AsyncFlowProducer:
                 roots.append(flow_nodes(tree))
             except InvalidOptionError as exc:
                 raise InvalidOptionError(f"flow {index}: {exc}") from None
-        return await self._add(roots, numbered=True)
+        return await self._traced(roots, numbered=True)
 
-    async def _add(self, roots: list[FlowNode], numbered: bool = False) -> list[JobNode[AsyncJob]]:
+    async def _traced(
+        self, roots: list[FlowNode], numbered: bool = False
+    ) -> list[JobNode[AsyncJob]]:
+        if self._telemetry is None or not roots:
+            return await self._add(roots, numbered)
+        names = [root.node.name for root in roots]
+        queue = roots[0].node.queue_name
+        with self._telemetry.adding_flows(queue, names, bulk=numbered) as spans:
+            return await self._add(roots, numbered, spans)
+
+    async def _add(
+        self,
+        roots: list[FlowNode],
+        numbered: bool = False,
+        spans: _telemetry.FlowSpans | None = None,
+    ) -> list[JobNode[AsyncJob]]:
         planned: list[Planned] = []
         for index, root in enumerate(roots):
             try:
-                tree = self._plan(root)
+                tree = self._plan(root, spans)
             except InvalidOptionError as exc:
                 if numbered:
                     raise InvalidOptionError(f"flow {index}: {exc}") from None
@@ -205,8 +225,9 @@ class AsyncFlowProducer:
             replies = await self._write_in_chunks(client, planned, chunks)
         return await self._built(roots, planned, replies)
 
-    def _plan(self, root: FlowNode) -> list[Planned]:
-        """The add_job.lua ARGV of every node of a tree, parents first; raises before I/O."""
+    def _plan(self, root: FlowNode, spans: _telemetry.FlowSpans | None = None) -> list[Planned]:
+        """The add_job.lua ARGV of every node of a tree, parents first; raises before I/O.
+        With ``spans``, each node gets a span (its parent's child) whose context it carries."""
         ids: dict[int, tuple[str, str]] = {}  # node -> (job id, qualified queue name)
         planned = []
         for flow_node in breadth_first(root):
@@ -219,6 +240,10 @@ class AsyncFlowProducer:
                 parent_id, parent_queue = ids[id(flow_node.parent)]
                 given["parent"] = {"id": parent_id, "queue": parent_queue}
             data = {} if node.data is None else node.data
+            tm = None
+            if spans is not None:
+                above = None if flow_node.parent is None else id(flow_node.parent)
+                tm = spans.node(id(flow_node), above, queue.name, node.name, job_id)
             try:
                 args = queue._prepare(
                     node.name,
@@ -226,6 +251,7 @@ class AsyncFlowProducer:
                     given,
                     job_id=job_id,
                     wait_children=bool(flow_node.children),
+                    tm=tm,
                 )
             except InvalidOptionError as exc:
                 raise InvalidOptionError(

@@ -8,6 +8,7 @@ client, workers included.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ from corral.options import MAX_SIZE_LIMIT, Duration, duration_ms
 
 if TYPE_CHECKING:
     from corral._async._queue_base import AsyncQueueBase
+
+logger = logging.getLogger("corral.queue")
 
 _PAUSE = _scripts.load("pause_queue")
 _DRAIN = _scripts.load("drain_queue")
@@ -97,7 +100,25 @@ async def cancel_job(queue: AsyncQueueBase, job_id: str, reason: str = "") -> Jo
     )
     if code < 0:
         raise script_error(code, queue=queue.name, job_id=job_id)
+    if code == 1:
+        await _copy_dead_letter(queue, job_id)
     return JobState.ACTIVE if code == 2 else JobState.FAILED
+
+
+async def _copy_dead_letter(queue: AsyncQueueBase, job_id: str) -> None:
+    """A job cancelled here failed for good: when its opts name a dead-letter queue, the
+    script left its record; copy it now (a worker of the queue copies it otherwise)."""
+    from corral._async.dead_letter_queue import copy_dead_letters  # it imports the queue
+
+    try:
+        await copy_dead_letters(queue)
+    except Exception as exc:  # the cancel itself is done
+        logger.warning(
+            "queue %s: job %s cancelled; its dead letter is left for a worker to copy: %s",
+            queue.name,
+            job_id,
+            exc,
+        )
 
 
 def _finished_state(state: str) -> str:

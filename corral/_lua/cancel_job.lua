@@ -4,7 +4,8 @@
 -- waiting-children) leaves that list or zset and fails for good now, never retried whatever
 -- its attempts: failedReason "cancelled: <reason>" ("cancelled" for an empty reason) and
 -- everything a final failure at fetch writes (include/fetch.lua fail_for_good): parent told
--- by its failure policy, dedup id released, idempotency outcome, removeOnFail, and
+-- by its failure policy, dedup id released, idempotency outcome, the dead-letter record when
+-- its opts name a DLQ (x-dlq; include/dead_letter.lua), removeOnFail, and
 -- `failed{jobId, failedReason, prev}` with prev the state it was in (waiting, delayed,
 -- prioritized, waiting-children), so Node's QueueEvents sees it. It made no attempt: atm is
 -- unchanged and no `retries-exhausted` is written.
@@ -40,6 +41,7 @@
 -- @include remove
 -- @include parent
 -- @include dedup
+-- @include dead_letter
 -- @include fetch
 
 local prefix = ARGV[1]

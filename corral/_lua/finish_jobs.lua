@@ -12,6 +12,8 @@
 --          job id, lock token, outcome ("completed", "failed", "retry"), returnvalue JSON or
 --          failedReason, stacktrace JSON or "", retention keep count, retention max age ms,
 --          retry delay ms -- as move_to_finished.lua's ARGV[2], [3], [5]..[10]
+-- ARGV[13 + 8n] the worker's dead-letter queue, or "" (or absent): where a job failed for
+--          good goes when its opts name none (include/dead_letter.lua)
 -- Returns {wake, taken, result1..resultN, id1, token1, fields1, ...}: result i is job i's
 -- attempts made, or its error code (-1 job missing, -2 lock missing, -6 lock held by another
 -- token, -3 not active); wake and the fetched triples as in move_to_active.lua.
@@ -22,6 +24,7 @@
 -- @include remove
 -- @include parent
 -- @include dedup
+-- @include dead_letter
 -- @include fetch
 -- @include finish
 
@@ -29,6 +32,7 @@ local prefix = ARGV[1]
 local now = tonumber(ARGV[2])
 local metrics_points = tonumber(ARGV[11]) or 0
 local n = tonumber(ARGV[12])
+dead_letter_default = ARGV[13 + n * 8] or ""
 local max_len = events_max_len()
 local out = {0, 0}
 for i = 0, n - 1 do

@@ -8,6 +8,9 @@
 --         (job i gets "<base>:<ARGV[5] + i>"), first token sequence number, lock duration ms,
 --         worker name for `pb` or "", max stalled count, limiter max (0: none), limiter
 --         duration ms -- as corral._scripts.FetchNext.args() lays them out
+-- ARGV[11] (metrics: not used here)
+-- ARGV[12] the worker's dead-letter queue, or "" (or absent): where a job failed here for
+--          good goes when its opts name none (include/dead_letter.lua)
 -- Returns {wake, taken, id1, token1, fields1, id2, ...}; fields are HGETALL's flat list. When
 -- nothing is taken, wake < 0 means rate limited for -wake ms, wake > 0 is the epoch ms when
 -- the earliest delayed job is due, 0 means nothing is scheduled.
@@ -22,10 +25,12 @@
 -- @include remove
 -- @include parent
 -- @include dedup
+-- @include dead_letter
 -- @include fetch
 
 local prefix = ARGV[1]
 local now = tonumber(ARGV[2])
+dead_letter_default = ARGV[12] or ""
 local max_len = events_max_len()
 promote_delayed(prefix, now, max_len)
 local out = {0, 0}

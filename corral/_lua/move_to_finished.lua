@@ -15,6 +15,8 @@
 -- ARGV[11..18] fetch next, as in move_to_active.lua's ARGV[3..10] (count 0: none)
 -- ARGV[19] metrics: data points to keep per minute series (0: no metrics), BullMQ's
 --          maxDataPoints
+-- ARGV[20] the worker's dead-letter queue, or "" (or absent): where a job failed for good
+--          goes when its opts name none (include/dead_letter.lua)
 -- A finished job (completed, or failed for good) frees its deduplication id, starts the add
 -- kept by keep-last-if-active, and records its outcome for its idempotency key
 -- (include/dedup.lua).
@@ -34,11 +36,13 @@
 -- @include remove
 -- @include parent
 -- @include dedup
+-- @include dead_letter
 -- @include fetch
 -- @include finish
 
 local prefix = ARGV[1]
 local now = tonumber(ARGV[4])
+dead_letter_default = ARGV[20] or ""
 local max_len = events_max_len()
 local attempts_made = finish_job(prefix, ARGV[2], ARGV[3], now, ARGV[5], ARGV[6], ARGV[7],
   tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[19]) or 0, max_len)

@@ -23,7 +23,7 @@ from typing import Any
 
 from redis import Redis
 
-from corral import _flow_chunks, _scripts, options
+from corral import _flow_chunks, _scripts, _telemetry, options
 from corral._adds import MAX_ADD_RETRIES, add_retry_delay, may_resend
 from corral._sync._calls import run_atomically, run_script
 from corral._sync._redis import Connectable, LazyClient
@@ -66,6 +66,9 @@ class FlowProducer:
         strict: refuse, rather than warn about, a server whose maxmemory-policy evicts keys.
         add_retries: how many times a chunk of a flow too big for one transaction is sent
             again after a transient error (a resend never creates a job twice); 0 for none.
+        telemetry: a :class:`corral.otel.Telemetry` (or ``True`` for one on the global
+            providers): a PRODUCER span per call and per job, each job carrying its span's
+            context (see docs/observability.md, "OpenTelemetry"). Off by default.
 
     Example::
 
@@ -87,8 +90,10 @@ class FlowProducer:
         prefix: str = DEFAULT_PREFIX,
         strict: bool = False,
         add_retries: int = 20,
+        telemetry: _telemetry.Hooks | bool | None = None,
     ) -> None:
         self.prefix = options.check_prefix(prefix)
+        self._telemetry = _telemetry.resolve(telemetry)
         self.add_retries = options.int_option("add_retries", add_retries, 0, MAX_ADD_RETRIES)
         self._clients = LazyClient(connection, strict=strict, slot_key=self.prefix)
         self._queues: dict[tuple[str, str], Queue] = {}
@@ -154,7 +159,7 @@ class FlowProducer:
             FlowAddError: a flow written in chunks stopped part-way; its parents written so
                 far were released to run with the children they got.
         """
-        return (self._add([flow_nodes(tree)]))[0]
+        return (self._traced([flow_nodes(tree)]))[0]
 
     def add_bulk(self, trees: Iterable[FlowJob | dict[str, Any]]) -> list[JobNode[Job]]:
         """Add several flows in one transaction: all of them, or (on any error) none. Flows
@@ -172,13 +177,28 @@ class FlowProducer:
                 roots.append(flow_nodes(tree))
             except InvalidOptionError as exc:
                 raise InvalidOptionError(f"flow {index}: {exc}") from None
-        return self._add(roots, numbered=True)
+        return self._traced(roots, numbered=True)
 
-    def _add(self, roots: list[FlowNode], numbered: bool = False) -> list[JobNode[Job]]:
+    def _traced(
+        self, roots: list[FlowNode], numbered: bool = False
+    ) -> list[JobNode[Job]]:
+        if self._telemetry is None or not roots:
+            return self._add(roots, numbered)
+        names = [root.node.name for root in roots]
+        queue = roots[0].node.queue_name
+        with self._telemetry.adding_flows(queue, names, bulk=numbered) as spans:
+            return self._add(roots, numbered, spans)
+
+    def _add(
+        self,
+        roots: list[FlowNode],
+        numbered: bool = False,
+        spans: _telemetry.FlowSpans | None = None,
+    ) -> list[JobNode[Job]]:
         planned: list[Planned] = []
         for index, root in enumerate(roots):
             try:
-                tree = self._plan(root)
+                tree = self._plan(root, spans)
             except InvalidOptionError as exc:
                 if numbered:
                     raise InvalidOptionError(f"flow {index}: {exc}") from None
@@ -206,8 +226,9 @@ class FlowProducer:
             replies = self._write_in_chunks(client, planned, chunks)
         return self._built(roots, planned, replies)
 
-    def _plan(self, root: FlowNode) -> list[Planned]:
-        """The add_job.lua ARGV of every node of a tree, parents first; raises before I/O."""
+    def _plan(self, root: FlowNode, spans: _telemetry.FlowSpans | None = None) -> list[Planned]:
+        """The add_job.lua ARGV of every node of a tree, parents first; raises before I/O.
+        With ``spans``, each node gets a span (its parent's child) whose context it carries."""
         ids: dict[int, tuple[str, str]] = {}  # node -> (job id, qualified queue name)
         planned = []
         for flow_node in breadth_first(root):
@@ -220,6 +241,10 @@ class FlowProducer:
                 parent_id, parent_queue = ids[id(flow_node.parent)]
                 given["parent"] = {"id": parent_id, "queue": parent_queue}
             data = {} if node.data is None else node.data
+            tm = None
+            if spans is not None:
+                above = None if flow_node.parent is None else id(flow_node.parent)
+                tm = spans.node(id(flow_node), above, queue.name, node.name, job_id)
             try:
                 args = queue._prepare(
                     node.name,
@@ -227,6 +252,7 @@ class FlowProducer:
                     given,
                     job_id=job_id,
                     wait_children=bool(flow_node.children),
+                    tm=tm,
                 )
             except InvalidOptionError as exc:
                 raise InvalidOptionError(

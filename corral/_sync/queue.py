@@ -10,7 +10,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from corral import _bulk, _codec, _scripts, options
+from corral import _bulk, _codec, _scripts, _telemetry, options
 from corral._adds import MAX_ADD_RETRIES, AddCalls, add_retry_delay, may_resend
 from corral._sync._redis import Connectable, check_same_slot
 from corral._sync.job import Job
@@ -61,6 +61,13 @@ class Queue(QueueSchedulers):
             ``NotDurableError`` when they do not: what an asynchronous failover can lose is
             then only adds that raised (see docs/deployment.md, "Durability"). ``add`` and
             ``add_bulk`` take ``durable=`` for one call.
+        dead_letter_queue: the default ``dead_letter_queue`` of the jobs this queue adds (a
+            job's own option wins): a job that fails for good is also copied, with its whole
+            history, to that queue (same prefix); see docs/observability.md, "Dead-letter
+            queues".
+        telemetry: a :class:`corral.otel.Telemetry` (or ``True`` for one on the global
+            providers): a PRODUCER span per add, whose context the job carries to the worker
+            (see docs/observability.md, "OpenTelemetry"). Off by default.
 
     Example::
 
@@ -83,8 +90,11 @@ class Queue(QueueSchedulers):
         durable: bool = False,
         durable_replicas: int = 1,
         durable_timeout: Duration = 1.0,
+        dead_letter_queue: str | None = None,
+        telemetry: _telemetry.Hooks | bool | None = None,
     ) -> None:
         super().__init__(name, connection=connection, prefix=prefix, strict=strict)
+        self._telemetry = _telemetry.resolve(telemetry)
         self.durability = Durability.build(durable, durable_replicas, durable_timeout)
         self.max_progress_bytes = max_progress_bytes
         self.max_log_line_bytes = max_log_line_bytes
@@ -99,6 +109,10 @@ class Queue(QueueSchedulers):
             check_text("backoff_types item", name) for name in backoff_types
         )
         self.default_job_options: JobOptionsDict = dict(default_job_options or {})  # type: ignore[assignment]
+        if dead_letter_queue is not None:
+            self.default_job_options["dead_letter_queue"] = options.check_dead_letter_queue(
+                dead_letter_queue, name
+            )
         # Checked now, so a bad default fails at construction rather than at the first add;
         # kept, with its opts JSON, for the common add that gives no options of its own.
         self._plain = JobOptions.build(
@@ -114,11 +128,13 @@ class Queue(QueueSchedulers):
         *,
         job_id: str | None = None,
         wait_children: bool = False,
+        tm: str | None = None,
     ) -> list[Any]:
         """Validate one job and give the ARGV of add_job.lua; raises before any I/O.
 
         ``job_id`` is an id chosen by the caller that is not stored in opts (a flow's UUIDs);
-        ``wait_children`` parks the job in waiting-children (a flow parent).
+        ``wait_children`` parks the job in waiting-children (a flow parent); ``tm`` is the
+        trace context it carries (``opts.tm``, where Node's bullmq-otel has it).
         """
         options.check_name("job name", name)
         if given:
@@ -127,6 +143,8 @@ class Queue(QueueSchedulers):
             )
         else:
             opts = self._plain
+        if opts.dead_letter_queue is not None:
+            options.check_dead_letter_queue(opts.dead_letter_queue, self.name)
         if opts.parent is not None:
             options.check_parent(opts.parent, self.prefix)
             if opts.job_id == opts.parent["id"] and opts.parent["queue"] == self.keys.base:
@@ -142,12 +160,18 @@ class Queue(QueueSchedulers):
                 f"score must be exact), got a run time of {ts + opts.delay_ms}"
             )
         parent = opts.parent_field()
+        opts_json = self._plain_opts_json if opts is self._plain and tm is None else None
+        if opts_json is None:
+            stored = opts.to_opts(0 if opts is self._plain else ts)
+            if tm is not None:
+                stored["tm"] = tm
+            opts_json = _codec.dumps(stored)
         return [
             self._job_prefix,
             opts.job_id or job_id or "",
             name,
             encoded,
-            self._plain_opts_json if opts is self._plain else _codec.dumps(opts.to_opts(ts)),
+            opts_json,
             ts,
             opts.delay_ms,
             opts.priority,
@@ -214,8 +238,23 @@ class Queue(QueueSchedulers):
                 reached (or refused) after ``add_retries`` resends; the job may have been
                 created if the last error was a lost connection.
         """
+        if self._telemetry is None:
+            return self._add(name, data, durable, options)
+        with self._telemetry.adding(self.name, name) as span:
+            job = self._add(name, data, durable, options, span.carrier)
+            span.added([job.id])
+            return job
+
+    def _add(
+        self,
+        name: str,
+        data: Any,
+        durable: bool | None,
+        options: Mapping[str, Any],
+        tm: str | None = None,
+    ) -> Job:
         wait = self.durability.wait(durable)
-        args = self._prepare(name, data, options)
+        args = self._prepare(name, data, options, tm=tm)
         if args[9]:
             check_same_slot(self.client(), [args[9]], "parent")
         reply, acked = self._send_add(_scripts.ADD_JOB, lambda call: [*args, *call], wait)
@@ -335,13 +374,25 @@ class Queue(QueueSchedulers):
             redis.exceptions.ConnectionError, OutOfMemoryError, ...: the first call failed for
                 good, as for :meth:`add`: nothing was written, unless the connection was lost.
         """
+        if self._telemetry is None:
+            return self._add_bulk(jobs, durable)
+        items = list(jobs)
+        names = [item[0] if isinstance(item, (tuple, list)) and item else "" for item in items]
+        with self._telemetry.adding_bulk(self.name, [str(n) for n in names]) as span:
+            added = self._add_bulk(items, durable, span.carrier)
+            span.added([job.id for job in added])
+            return added
+
+    def _add_bulk(
+        self, jobs: Iterable[BulkItem], durable: bool | None, tm: str | None = None
+    ) -> list[Job]:
         wait = self.durability.wait(durable)
         chunker = _bulk.Chunker()
         prepared: list[list[Any]] = []
         for index, item in enumerate(jobs):
             try:
                 name, data, given = _bulk.unpack_item(item)
-                args = self._prepare(name, data, given)
+                args = self._prepare(name, data, given, tm=tm)
             except InvalidOptionError as exc:
                 raise InvalidOptionError(f"add_bulk item {index}: {exc}") from None
             prepared.append(args)
@@ -354,7 +405,7 @@ class Queue(QueueSchedulers):
             self._check_parents(prepared)
         else:
             check_same_slot(self.client(), external_parents(prepared), "parent")
-        shared = self._prepare("shared", None, {})[1:]
+        shared = self._prepare("shared", None, {}, tm=tm)[1:]
         added: list[Job] = []  # the items' jobs, as each call answers
         replaced = _bulk.Replacements(enabled=chunker.replaces)
         acked = self.durability.replicas  # the fewest replicas that acknowledged a call

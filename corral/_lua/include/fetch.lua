@@ -51,7 +51,8 @@ end
 -- zset that held it; `prev` names that state for the event. failedReason, finishedOn, `defa`
 -- cleared, failed set, its own parent told by its failure policy (so a deferred failure climbs
 -- the tree one fetch per level), dedup id released, idempotency outcome recorded,
--- `failed{failedReason, prev}`, removeOnFail (needs include/remove, parent and dedup).
+-- `failed{failedReason, prev}`, the dead-letter record (include/dead_letter), removeOnFail
+-- (needs include/remove, parent, dedup and dead_letter).
 -- `attempted`: a worker took the job, so this ends an attempt: atm + 1 and
 -- `retries-exhausted{attemptsMade}` after `failed`, as a worker's final failure writes them.
 -- A job that never ran has made no attempt: its atm stays, and no retries were exhausted.
@@ -73,6 +74,7 @@ local function fail_for_good(prefix, job_id, job_key, reason, prev, attempted, n
   if attempted then
     emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts)
   end
+  record_dead_letter(prefix, job_id, job_key, now) -- before removeOnFail may delete it
   local keep, max_age = fail_retention(job_key)
   apply_retention(K_FAILED, prefix, job_id, keep, max_age, now)
 end

@@ -1,5 +1,5 @@
 -- Ending one attempt of an active job: completed, failed for good, or retried.
--- Needs include/keys, events, scores, remove, parent, dedup.
+-- Needs include/keys, events, scores, remove, parent, dedup, dead_letter.
 
 -- Returns the job's attempts made after this one, or an error code: -1 job missing, -2 lock
 -- missing, -6 lock held by another token, -3 job not in active. `token` "0" skips the lock
@@ -65,6 +65,7 @@ local function finish_job(prefix, job_id, token, now, outcome, value, stacktrace
     end
     emit(max_len, "failed", "jobId", job_id, "failedReason", value, "prev", "active")
     emit(max_len, "retries-exhausted", "jobId", job_id, "attemptsMade", attempts_made)
+    record_dead_letter(prefix, job_id, job_key, now) -- before removeOnFail may delete it
     apply_retention(K_FAILED, prefix, job_id, keep, max_age, now)
   else
     rcall("HSET", job_key, "atm", attempts_made, "failedReason", value)
