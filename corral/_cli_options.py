@@ -24,6 +24,15 @@ from corral.options import BUILTIN_BACKOFF_TYPES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The options every command that talks to a server shares.
+url_option = click.option(
+    "--url",
+    default=None,
+    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
+)
+prefix_option = click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+
 #: Python parameter (or phrase of a message) -> the flag of the CLI that sets it.
 JOB_OPTION_NAMES = {
     "job_id": "--job-id",

@@ -16,7 +16,14 @@ from corral._cli_errors import (
     cli_errors,
     cli_option_names,
 )
-from corral._cli_options import JOB_OPTION_NAMES, job_options, job_options_from, read_data
+from corral._cli_options import (
+    JOB_OPTION_NAMES,
+    job_options,
+    job_options_from,
+    prefix_option,
+    read_data,
+    url_option,
+)
 from corral._version import __version__
 
 
@@ -234,14 +241,6 @@ def demo_command(jobs: int, concurrency: int, seed: int) -> None:
         raise click.ClickException(str(exc)) from None
 
 
-_url_option = click.option(
-    "--url",
-    default=None,
-    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
-)
-_prefix_option = click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
-
-
 #: The deduplication flags of ``corral enqueue`` and their ``Dedup`` fields.
 _DEDUP_FLAGS = {
     "dedup_ttl": "ttl",
@@ -310,8 +309,8 @@ def _deduplication(dedup_id: str | None, flags: dict[str, Any]) -> dict[str, Any
     default=None,
     help="Seconds the idempotency key is remembered (default: one day).",
 )
-@_url_option
-@_prefix_option
+@url_option
+@prefix_option
 @click.option(
     "--retries",
     type=click.IntRange(0, 100),
@@ -385,8 +384,8 @@ def enqueue_command(
 @click.argument("queue_name", metavar="QUEUE")
 @click.argument("job_id")
 @click.option("--reason", default="", help="Why (kept as failedReason: 'cancelled: <reason>').")
-@_url_option
-@_prefix_option
+@url_option
+@prefix_option
 @cli_errors
 def cancel_command(queue_name: str, job_id: str, reason: str, url: str | None, prefix: str) -> None:
     """Cancel job JOB_ID of QUEUE: it fails for good, or its worker is told to stop it.

@@ -23,18 +23,11 @@ from corral._cli_errors import (
     UsageFailure,
     cli_errors,
 )
+from corral._cli_options import json_option, prefix_option, url_option
 from corral._sync.dead_letter_queue import DeadLetterQueue
 from corral.cli_inspect import connect, open_queue
 from corral.dead_letter import DeadLetter
 from corral.errors import InvalidOptionError, JobNotFoundError
-
-_url_option = click.option(
-    "--url",
-    default=None,
-    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
-)
-_prefix_option = click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 
 
 def _queue_name(ctx: click.Context) -> str:
@@ -76,9 +69,9 @@ def dlq_group(queue_name: str) -> None:
 
 @dlq_group.command("list", cls=OneLineCommand)
 @click.option("--limit", type=click.IntRange(min=0), default=100, show_default=True, help="0: all.")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @click.pass_context
 @cli_errors
 def list_command(
@@ -111,9 +104,9 @@ def list_command(
 @dlq_group.command("replay", cls=OneLineCommand)
 @click.argument("job_ids", nargs=-1, metavar="[ID]...")
 @click.option("--all", "everything", is_flag=True, help="Every dead letter of QUEUE.")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @click.pass_context
 @cli_errors
 def replay_command(
@@ -158,9 +151,9 @@ def replay_command(
 @dlq_group.command("purge", cls=OneLineCommand)
 @click.option("--replayed", is_flag=True, help="Only the dead letters that were replayed.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @click.pass_context
 @cli_errors
 def purge_command(

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from corral import _rates, clock
 from corral._cli_errors import CommandFailure, OneLineCommand, cli_errors, no_such_queue
+from corral._cli_options import json_option, prefix_option, url_option
 from corral._sync._redis import LazyClient
 from corral._sync.job import Job
 from corral._sync.queue import Queue
@@ -45,14 +46,6 @@ _SEARCH_PAGE = 200
 _HEADERS = {"prioritized": "prio", "waiting-children": "children", "completed": "done"}
 #: The finished states a rate per minute is given for.
 RATE_KINDS = ("completed", "failed")
-
-_url_option = click.option(
-    "--url",
-    default=None,
-    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
-)
-_prefix_option = click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 
 
 @contextmanager
@@ -183,9 +176,9 @@ def _emit_json(document: Any) -> None:
 
 @click.command("stats", cls=OneLineCommand)
 @click.argument("queues", nargs=-1, metavar="[QUEUE]...")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def stats_command(queues: tuple[str, ...], prefix: str, url: str | None, as_json: bool) -> None:
     """Counts per state, workers, the oldest waiting job and completed and failed jobs per
@@ -307,9 +300,9 @@ def _detail(state: str, job: Job) -> str:
 )
 @click.option("--limit", "-n", type=click.IntRange(1, 100_000), default=20, show_default=True)
 @click.option("--search", default=None, help="Only jobs whose id, name, data or failure has it.")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def jobs_command(
     queue_name: str,
@@ -357,9 +350,9 @@ def jobs_command(
 @click.command("job", cls=OneLineCommand)
 @click.argument("queue_name", metavar="QUEUE")
 @click.argument("job_id", metavar="ID")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def job_command(queue_name: str, job_id: str, prefix: str, url: str | None, as_json: bool) -> None:
     """Everything about one job: data, options, state, progress, return value, attempts,

@@ -18,17 +18,10 @@ from typing import Any
 import click
 
 from corral._cli_errors import CommandFailure, OneLineCommand, UsageFailure, cli_errors
+from corral._cli_options import json_option, prefix_option, url_option
 from corral._sync.queue import Queue
 from corral.cli_inspect import connect, open_queue
 from corral.errors import JobError, JobNotFoundError
-
-_url_option = click.option(
-    "--url",
-    default=None,
-    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
-)
-_prefix_option = click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 
 
 def _report(as_json: bool, document: dict[str, Any], line: str) -> None:
@@ -87,9 +80,9 @@ def _ids_or_all(job_ids: tuple[str, ...], everything: bool, flag: str) -> None:
     help="The state the jobs are in.",
 )
 @click.option("--reset-attempts", is_flag=True, help="Count the job's attempts from 0 again.")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def retry_command(
     queue_name: str,
@@ -119,9 +112,9 @@ def retry_command(
 @click.argument("queue_name", metavar="QUEUE")
 @click.argument("job_ids", nargs=-1, metavar="[ID]...")
 @click.option("--all", "everything", is_flag=True, help="Every delayed job of QUEUE.")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def promote_command(
     queue_name: str,
@@ -147,9 +140,9 @@ def promote_command(
 @click.argument("queue_name", metavar="QUEUE")
 @click.argument("job_ids", nargs=-1, required=True, metavar="ID...")
 @click.option("--keep-children", is_flag=True, help="Leave the jobs' flow children.")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def remove_command(
     queue_name: str,
@@ -184,9 +177,9 @@ def remove_command(
     help="Seconds: keep younger jobs (finished ones count from when they finished).",
 )
 @click.option("--limit", type=click.IntRange(min=0), default=0, help="At most N jobs (0: all).")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def clean_command(
     queue_name: str,
@@ -211,9 +204,9 @@ def _queue_command(
     """A command that does one thing to a whole queue (pause, resume)."""
 
     @click.argument("queue_name", metavar="QUEUE")
-    @_prefix_option
-    @_url_option
-    @_json_option
+    @prefix_option
+    @url_option
+    @json_option
     @cli_errors
     def command(queue_name: str, prefix: str, url: str | None, as_json: bool) -> None:
         with connect(url) as client:
@@ -233,9 +226,9 @@ resume_command = _queue_command("resume", "Resume a paused QUEUE.", Queue.resume
 @click.command("drain", cls=OneLineCommand)
 @click.argument("queue_name", metavar="QUEUE")
 @click.option("--delayed", is_flag=True, help="Delete the delayed jobs too.")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def drain_command(
     queue_name: str, delayed: bool, prefix: str, url: str | None, as_json: bool
@@ -250,9 +243,9 @@ def drain_command(
 @click.argument("queue_name", metavar="QUEUE")
 @click.option("--force", is_flag=True, help="Delete active jobs too (their workers then fail).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def obliterate_command(
     queue_name: str, force: bool, yes: bool, prefix: str, url: str | None, as_json: bool

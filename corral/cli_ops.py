@@ -16,12 +16,8 @@ from typing import Any
 
 import click
 
-_url_option = click.option(
-    "--url",
-    default=None,
-    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
-)
-_prefix_option = click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
+from corral._cli_options import prefix_option, url_option
+
 _queues_option = click.option(
     "--queue",
     "-q",
@@ -62,8 +58,8 @@ def _open_queues(names: tuple[str, ...], url: str | None, prefix: str) -> list[A
     default=None,
     help="Unhealthy when fewer workers are connected to a queue.",
 )
-@_url_option
-@_prefix_option
+@url_option
+@prefix_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def health_command(
     queue_names: tuple[str, ...],
@@ -117,8 +113,8 @@ def health_command(
     help="Port to listen on (0: any free port, printed).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@_url_option
-@_prefix_option
+@url_option
+@prefix_option
 def metrics_command(
     queue_names: tuple[str, ...], port: int, host: str, url: str | None, prefix: str
 ) -> None:

@@ -32,8 +32,11 @@ from corral._cli_options import (
     JOB_OPTION_NAMES,
     job_options,
     job_options_from,
+    json_option,
     parse_date,
+    prefix_option,
     read_data,
+    url_option,
 )
 from corral._sync.queue import Queue
 from corral.cli_completion import complete_queue
@@ -54,14 +57,6 @@ SCHEDULER_OPTION_NAMES = {
     "end_date": "--end-date",
     "template name": "--name",
 }
-
-_url_option = click.option(
-    "--url",
-    default=None,
-    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
-)
-_prefix_option = click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 
 
 def _console() -> Console:
@@ -139,9 +134,9 @@ def schedulers_group(queue_name: str) -> None:
 
 
 @schedulers_group.command("list", cls=OneLineCommand)
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def list_command(prefix: str, url: str | None, as_json: bool) -> None:
     """The schedulers of QUEUE, the next to run first.
@@ -188,9 +183,9 @@ def list_command(prefix: str, url: str | None, as_json: bool) -> None:
 @click.option("--name", default=None, help="Job name of each run [default: ID].")
 @click.option("--data", default=None, metavar="JSON|@FILE|-", help="Job data of each run.")
 @job_options
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def upsert_command(
     scheduler_id: str,
@@ -261,9 +256,9 @@ def upsert_command(
 
 @schedulers_group.command("remove", cls=OneLineCommand)
 @click.argument("scheduler_id", metavar="ID")
-@_prefix_option
-@_url_option
-@_json_option
+@prefix_option
+@url_option
+@json_option
 @cli_errors
 def remove_command(scheduler_id: str, prefix: str, url: str | None, as_json: bool) -> None:
     """Delete the scheduler ID of QUEUE and its pending run (a run in progress finishes).
