@@ -93,6 +93,7 @@ OPTION_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "idempotency_window": s.durations,
     "timeout": s.durations,
     "soft_timeout": s.durations,
+    "dead_letter_queue": st.one_of(st.sampled_from(["dlq", "", "a:b"]), s.names(), s.anything),
 }
 assert set(OPTION_VALUES) == OPTION_NAMES, "every option of add is drawn"
 
@@ -141,6 +142,8 @@ VALID_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "idempotency_window": st.floats(0.001, 86400),
     "timeout": st.one_of(st.floats(0.001, 3600), st.just(10 * 365 * 24 * 3600)),
     "soft_timeout": st.floats(0.001, 3600),
+    # Names only: a random text could be the queue's own name, which is refused.
+    "dead_letter_queue": st.sampled_from(["dlq", "dead letters", "\u00f1-dlq", "{x}dlq"]),
 }
 assert set(VALID_VALUES) == OPTION_NAMES
 
