@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 from redis import Redis
+from redis.cluster import ClusterNode, RedisCluster
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -26,7 +27,8 @@ from corral._cli_options import json_option, prefix_option, url_option
 from corral._sync._redis import LazyClient
 from corral._sync.job import Job
 from corral._sync.queue import Queue
-from corral.connection import resolve_url
+from corral._sync.queue_getters import workers_in
+from corral.connection import ClusterSettings, is_cluster_url, parse_cluster_url, resolve_url
 
 #: The states ``corral stats`` counts and ``corral jobs`` lists, in the order shown.
 STATES = (
@@ -50,12 +52,39 @@ RATE_KINDS = ("completed", "failed")
 
 @contextmanager
 def connect(url: str | None) -> Iterator[Redis]:
-    """One checked client for the whole command (the queues are given it)."""
-    clients = LazyClient(resolve_url(url))
+    """One checked client for the whole command (the queues are given it).
+
+    For a ``redis+cluster://`` URL it is a redis-py ``RedisCluster``, which routes each
+    command by its key and scans every master; a queue given it opens its own client of its
+    slot's master (its prefix or name needs a hash tag, as everywhere on a cluster).
+    """
+    resolved = resolve_url(url)
+    if is_cluster_url(resolved):
+        cluster = _cluster_client(parse_cluster_url(resolved))
+        try:
+            yield cluster  # type: ignore[misc]  # the same commands, routed by key
+        finally:
+            cluster.close()
+        return
+    clients = LazyClient(resolved)
     try:
         yield clients.get()
     finally:
         clients.close()
+
+
+def _cluster_client(settings: ClusterSettings) -> RedisCluster:
+    """A ``RedisCluster`` of ``settings``' nodes (it reads the map, so it fails here when no
+    node can be reached or the password is wrong)."""
+    kwargs: dict[str, Any] = {"username": settings.username, "password": settings.password}
+    if settings.socket_timeout is not None:
+        kwargs["socket_timeout"] = settings.socket_timeout
+    if settings.socket_connect_timeout is not None:
+        kwargs["socket_connect_timeout"] = settings.socket_connect_timeout
+    if settings.tls is not None:
+        kwargs.update(ssl=True, **dict(settings.tls))
+    nodes = [ClusterNode(host, port) for host, port in settings.nodes]  # type: ignore[no-untyped-call]
+    return RedisCluster(startup_nodes=nodes, decode_responses=True, **kwargs)
 
 
 def _escape_glob(text: str) -> str:
@@ -129,15 +158,24 @@ def queue_rates(client: Redis, queue: Queue, now_ms: int) -> dict[str, Any]:
     return {"rates_per_min": rates, "rate_source": sources}
 
 
-def queue_stats(client: Redis, queue: Queue) -> dict[str, Any]:
-    """One entry of ``corral stats --json``."""
+def worker_counts(client: Redis, queues: list[Queue]) -> dict[str, int]:
+    """The workers connected to each of ``queues``: one ``CLIENT LIST`` for them all on one
+    server; on a cluster, one on the master of each queue's slot."""
+    if isinstance(client, RedisCluster):
+        return {queue.name: len(queue.get_workers()) for queue in queues}
+    entries = client.client_list()
+    return {queue.name: len(workers_in(entries, queue.prefix, queue.name)) for queue in queues}
+
+
+def queue_stats(client: Redis, queue: Queue, workers: int) -> dict[str, Any]:
+    """One entry of ``corral stats --json`` (``workers``: from :func:`worker_counts`)."""
     counts = queue.get_job_counts(*STATES)
     now_ms = clock.now_ms()
     return {
         "name": queue.name,
         "paused": queue.is_paused(),
         "counts": counts,
-        "workers": len(queue.get_workers()),
+        "workers": workers,
         "oldest_waiting_age_s": _oldest_waiting_age(client, queue, now_ms),
         **queue_rates(client, queue, now_ms),
     }
@@ -189,7 +227,8 @@ def stats_command(queues: tuple[str, ...], prefix: str, url: str | None, as_json
     with connect(url) as client:
         names = list(queues) or discover_queues(client, prefix)
         opened = [open_queue(client, prefix, name) for name in names]
-        rows = [queue_stats(client, queue) for queue in opened]
+        workers = worker_counts(client, opened)
+        rows = [queue_stats(client, queue, workers[queue.name]) for queue in opened]
     if as_json:
         _emit_json({"prefix": prefix, "queues": rows})
         return

@@ -48,6 +48,7 @@ from corral.cli_inspect import (
     open_queue,
     queue_stats,
     rate_text,
+    worker_counts,
 )
 from corral.connection import configured_url, masked_url
 
@@ -78,9 +79,9 @@ def processing_times(client: Redis, queue: Queue, last: int = RECENT_JOBS) -> li
     return _rates.processing_times_ms(pipe.execute())
 
 
-def queue_row(client: Redis, queue: Queue) -> dict[str, Any]:
+def queue_row(client: Redis, queue: Queue, workers: int) -> dict[str, Any]:
     """One queue of the view: ``corral stats``'s entry plus ``p50_ms``/``p95_ms``."""
-    row = queue_stats(client, queue)
+    row = queue_stats(client, queue, workers)
     times = processing_times(client, queue)
     row["p50_ms"] = _rates.percentile(times, 50)
     row["p95_ms"] = _rates.percentile(times, 95)
@@ -104,13 +105,14 @@ class Source:
 
     def read(self) -> list[dict[str, Any]]:
         names = self.named or discover_queues(self.client, self.prefix)
-        rows = []
+        queues = []
         for name in names:
             queue = self._queues.get(name)
             if queue is None:
                 queue = self._queues[name] = Queue(name, connection=self.client, prefix=self.prefix)
-            rows.append(queue_row(self.client, queue))
-        return rows
+            queues.append(queue)
+        workers = worker_counts(self.client, queues)  # one CLIENT LIST per refresh
+        return [queue_row(self.client, queue, workers[queue.name]) for queue in queues]
 
 
 @dataclass

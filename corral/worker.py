@@ -378,6 +378,11 @@ class Worker:
         slots = self._slots
         client = await queue.client()
         blocking, listen = self._conns.open_blocking(queue, client)
+        # The marker's connection carries the name that get_workers() (and bull-board, and
+        # `corral stats`) count: open it now, or a worker started on a full queue would be
+        # counted only at its first wait for work. A failure is the fetch loop's to meet.
+        with contextlib.suppress(Exception):
+            await blocking.ping()
         runner = self._runner = make_runner(self._o, client, slots.concurrency, self._emit)
         await runner.start()
         ctx = LeaseContext(

@@ -474,7 +474,7 @@ async def test_running_workers_are_listed(queue: AsyncQueue, redis_url: str) -> 
 
     async def listed(expected: list[str], *, running: bool) -> list[str]:
         """The names listed, once they are ``expected`` (or the last seen at the deadline).
-        Each worker connects its named connection when it first waits for work, and the
+        Each worker connects its named connection when it starts, and the
         server drops a closed connection from CLIENT LIST only once it has read its end."""
         deadline = asyncio.get_running_loop().time() + 20
         while True:
@@ -491,6 +491,33 @@ async def test_running_workers_are_listed(queue: AsyncQueue, redis_url: str) -> 
             await w.close()
         await asyncio.gather(*tasks)
     assert await listed([], running=False) == []
+
+
+async def test_a_worker_busy_from_its_start_is_listed(queue: AsyncQueue, redis_url: str) -> None:
+    """A worker started on a full queue never waits for work: it is listed all the same."""
+    await queue.add_bulk([("slow", {}) for _ in range(3)])
+    release = asyncio.Event()
+
+    async def slow(job: AsyncJob) -> None:
+        await release.wait()
+
+    worker = Worker("q", slow, connection=redis_url, name="busy-1", concurrency=3)
+    task = asyncio.create_task(worker.run_async())
+    try:
+        deadline = asyncio.get_running_loop().time() + 20
+        seen: list[str] = []
+        # Listed once all three run (its slots full: it fetches no more, so never waits).
+        while asyncio.get_running_loop().time() < deadline:
+            active = (await queue.get_job_counts("active"))["active"]
+            seen = [w.get("worker_name", "") for w in await queue.get_workers()]
+            if active == 3 and seen:
+                break
+            await asyncio.sleep(0.02)
+        assert seen == ["busy-1"]
+    finally:
+        release.set()
+        await worker.close()
+        await task
 
 
 async def test_idle_worker_does_not_spin_on_a_delayed_job(

@@ -344,14 +344,19 @@ class AsyncQueueGetters(AsyncQueueBase, AsyncStateGetters):
         (``name``, ``addr``, ``age``, ``idle``...) plus ``worker_name`` when there is one.
         """
         client = await self.client()
-        entries: list[dict[str, str]] = await client.client_list()
-        base = f"{self.prefix}:{base64.b64encode(self.name.encode()).decode()}"
-        named = base + ":w:"
-        workers = []
-        for entry in entries:
-            name = entry.get("name", "")
-            if name == base:
-                workers.append(dict(entry))
-            elif name.startswith(named):
-                workers.append({**entry, "worker_name": name[len(named) :]})
-        return workers
+        return workers_in(await client.client_list(), self.prefix, self.name)
+
+
+def workers_in(entries: list[dict[str, str]], prefix: str, name: str) -> list[dict[str, str]]:
+    """The entries of ``CLIENT LIST`` that are workers of queue ``name`` (see
+    ``get_workers``): one listing serves every queue of the server."""
+    base = f"{prefix}:{base64.b64encode(name.encode()).decode()}"
+    named = base + ":w:"
+    workers = []
+    for entry in entries:
+        client_name = entry.get("name", "")
+        if client_name == base:
+            workers.append(dict(entry))
+        elif client_name.startswith(named):
+            workers.append({**entry, "worker_name": client_name[len(named) :]})
+    return workers

@@ -6,6 +6,7 @@ on the master of that slot; keys that would cross slots are refused before anyth
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 import redis
@@ -258,3 +259,41 @@ def test_the_cli_enqueues_works_and_cancels_on_a_cluster(cluster: Cluster) -> No
 
 def answer(job: Job) -> int:
     return int(job.data["n"])
+
+
+def test_the_read_and_repair_commands_work_on_a_cluster(cluster: Cluster) -> None:
+    """stats, jobs, job, retry, schedulers, top and health over a ``redis+cluster://`` URL:
+    the queues are found on every master (SCAN of each), each read on its slot's master."""
+    url = cluster.url
+    names = ["{inspect-a}", "{inspect-b}"]
+    assert len({cluster.owner(slot(n)).port for n in names}) == 2, "the queues share a master"
+
+    def corral(*args: str, code: int = 0) -> str:
+        result = CliRunner().invoke(main, [*args, "--url", url])
+        assert result.exit_code == code, result.output
+        return str(result.output)
+
+    for name in names:
+        with Queue(name, connection=url) as queue:
+            queue.add("report", {"n": 1})
+            failed = queue.add("report", {"n": "x"}, attempts=1)
+            queue.upsert_job_scheduler("nightly", cron="0 3 * * *")
+        corral("worker", "tests.cluster.test_cluster:answer", "--queue", name, "--burst")
+    document = json.loads(corral("stats", "--json"))
+    found = {row["name"]: row["counts"] for row in document["queues"]}
+    assert set(found) == set(names)  # one queue on each of two masters
+    for counts in found.values():
+        assert (counts["completed"], counts["failed"], counts["delayed"]) == (1, 1, 1)
+    jobs = json.loads(corral("jobs", names[0], "--state", "failed", "--json"))["jobs"]
+    assert [job["id"] for job in jobs] == [failed.id]
+    assert json.loads(corral("job", names[0], failed.id, "--json"))["state"] == "failed"
+    assert corral("retry", names[0], failed.id).startswith("retried")
+    listed = json.loads(corral("schedulers", names[1], "list", "--json"))
+    assert [s["id"] for s in listed["schedulers"]] == ["nightly"]
+    assert names[1] in corral("top")  # one frame, not a terminal
+    corral("health", "--queue", names[0], "--queue", names[1])
+    assert "no such queue" in corral("stats", "{inspect-none}", code=1)
+    # No hash tag: refused in one line, naming the problem (the cluster needs one).
+    assert "hash tag" in corral("stats", "plain", code=1)
+    with Queue(names[0], connection=url) as queue:
+        assert queue.get_job_counts("waiting")["waiting"] == 1  # the retried job
