@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 import redis
 
-from corral import AsyncQueue, InvalidOptionError, JobNotFoundError, Worker, _scripts
+from corral import (
+    AsyncQueue,
+    AsyncShardedQueue,
+    InvalidOptionError,
+    JobNotFoundError,
+    Worker,
+    _scripts,
+)
 from corral._async.dead_letter_queue import AsyncDeadLetterQueue, copy_dead_letters
 from corral.errors import UnrecoverableError
 
@@ -109,6 +116,19 @@ async def test_a_job_without_a_dead_letter_queue_leaves_no_record(
     await Worker("plain", fails, connection=redis_url).run_async(burst=True)
     assert r.zcard("bull:plain:failed") == 1
     assert not r.exists("bull:plain:x-dlq")
+
+
+async def test_a_sharded_queue_gives_every_shard_its_dead_letter_queue(
+    redis_url: str, dlq: AsyncDeadLetterQueue
+) -> None:
+    async with AsyncShardedQueue(
+        "orders", shards=2, connection=redis_url, dead_letter_queue="orders-dead"
+    ) as queue:
+        jobs = [await queue.add("charge", {"i": i}, attempts=1) for i in range(4)]
+        assert len({queue.shard_index(job.id) for job in jobs}) == 2
+    await Worker("orders", fails, shards=2, connection=redis_url).run_async(burst=True)
+    letters = await dlq.get_dead_letters()
+    assert sorted(d.job_id for d in letters) == sorted(job.id for job in jobs)
 
 
 async def test_a_retried_attempt_leaves_no_record(

@@ -30,6 +30,7 @@ from corral import (
     AsyncFlowProducer,
     AsyncJob,
     AsyncQueue,
+    AsyncShardedQueue,
     FlowJob,
     InvalidOptionError,
     Job,
@@ -192,6 +193,31 @@ async def test_a_failed_add_is_recorded_on_its_span(redis_url: str, traces: Trac
     span = traces.one("add emails.welcome")
     assert span.status.status_code is StatusCode.ERROR
     assert [e.name for e in span.events] == ["exception"]
+
+
+async def test_a_sharded_queue_and_worker_trace_each_shard(
+    redis_url: str, r: redis.Redis, traces: Traces
+) -> None:
+    """The shards' adds and attempts are traced as a plain queue's, one trace per job."""
+    async with AsyncShardedQueue(
+        "mail", shards=2, connection=redis_url, telemetry=traces.telemetry
+    ) as queue:
+        jobs = [await queue.add("welcome", {"i": i}) for i in range(4)]
+        shards = {queue.shard_for(job.id).name for job in jobs}
+        assert len(shards) == 2
+        worker = Worker(
+            "mail", lambda job: None, shards=2, connection=redis_url, telemetry=traces.telemetry
+        )
+
+        async def done() -> bool:
+            return len(traces.spans("process ")) == 4
+
+        await drive(worker, done)
+    adds = {s.context.trace_id: s for s in traces.spans("add ")}
+    assert {s.name for s in adds.values()} == {f"add {name}.welcome" for name in shards}
+    for attempt in traces.spans("process "):  # each continues the trace of its add
+        add = adds[attempt.context.trace_id]
+        assert attempt.name == "process " + add.name.split()[1].rsplit(".", 1)[0]
 
 
 async def test_without_telemetry_no_context_is_stored(redis_url: str, r: redis.Redis) -> None:

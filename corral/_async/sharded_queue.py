@@ -25,7 +25,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from corral import _shards, options
+from corral import _shards, _telemetry, options
 from corral._async._redis import Connectable
 from corral._async.job import AsyncJob
 from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
@@ -59,8 +59,9 @@ class AsyncShardedQueue(AsyncShardedGetters):
         prefix: key prefix, ``bull`` by default; with ``shards > 1`` it cannot hold a hash tag
             (``{bull}`` would put every shard in one slot).
         default_job_options, backoff_types, strict, add_retries, max_progress_bytes,
-        max_log_line_bytes, durable, durable_replicas, durable_timeout: as for
-            :class:`AsyncQueue`, for every shard.
+        max_log_line_bytes, durable, durable_replicas, durable_timeout, dead_letter_queue,
+        telemetry: as for
+            :class:`AsyncQueue`, for every shard (a span of an add names the shard's queue).
 
     Raises:
         InvalidOptionError: a bad argument; a prefix with a hash tag, or a name with a brace,
@@ -89,6 +90,8 @@ class AsyncShardedQueue(AsyncShardedGetters):
         durable: bool = False,
         durable_replicas: int = 1,
         durable_timeout: Duration = 1.0,
+        dead_letter_queue: str | None = None,
+        telemetry: _telemetry.Hooks | bool | None = None,
     ) -> None:
         #: The logical name (a ``str`` that a flow's ``queue_name`` refuses with shards > 1).
         self.shards = _shards.check_shards(shards)
@@ -111,6 +114,8 @@ class AsyncShardedQueue(AsyncShardedGetters):
                 durable=durable,
                 durable_replicas=durable_replicas,
                 durable_timeout=durable_timeout,
+                dead_letter_queue=dead_letter_queue,
+                telemetry=telemetry,
             )
             for sub_queue in _shards.shard_names(name, self.shards)
         )

@@ -26,7 +26,7 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from corral import _shards, options
+from corral import _shards, _telemetry, options
 from corral._sync._redis import Connectable
 from corral._sync.job import Job
 from corral._sync.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
@@ -60,8 +60,9 @@ class ShardedQueue(ShardedGetters):
         prefix: key prefix, ``bull`` by default; with ``shards > 1`` it cannot hold a hash tag
             (``{bull}`` would put every shard in one slot).
         default_job_options, backoff_types, strict, add_retries, max_progress_bytes,
-        max_log_line_bytes, durable, durable_replicas, durable_timeout: as for
-            :class:`Queue`, for every shard.
+        max_log_line_bytes, durable, durable_replicas, durable_timeout, dead_letter_queue,
+        telemetry: as for
+            :class:`Queue`, for every shard (a span of an add names the shard's queue).
 
     Raises:
         InvalidOptionError: a bad argument; a prefix with a hash tag, or a name with a brace,
@@ -90,6 +91,8 @@ class ShardedQueue(ShardedGetters):
         durable: bool = False,
         durable_replicas: int = 1,
         durable_timeout: Duration = 1.0,
+        dead_letter_queue: str | None = None,
+        telemetry: _telemetry.Hooks | bool | None = None,
     ) -> None:
         #: The logical name (a ``str`` that a flow's ``queue_name`` refuses with shards > 1).
         self.shards = _shards.check_shards(shards)
@@ -112,6 +115,8 @@ class ShardedQueue(ShardedGetters):
                 durable=durable,
                 durable_replicas=durable_replicas,
                 durable_timeout=durable_timeout,
+                dead_letter_queue=dead_letter_queue,
+                telemetry=telemetry,
             )
             for sub_queue in _shards.shard_names(name, self.shards)
         )
