@@ -27,7 +27,8 @@ from corral._adds import MAX_ADD_RETRIES, add_retry_delay, may_resend
 from corral._async._calls import run_atomically, run_script
 from corral._async._redis import Connectable, LazyClient
 from corral._async.job import AsyncJob
-from corral._async.queue import AsyncQueue, external_parents, missing_parent
+from corral._async.queue import AsyncQueue, external_parents
+from corral._async.queue_adds import missing_parent
 from corral._flow_chunks import Chunk, flow_add_error
 from corral._keys import DEFAULT_PREFIX, split_job_key
 from corral._supervisor import Outage

@@ -28,7 +28,8 @@ from corral._adds import MAX_ADD_RETRIES, add_retry_delay, may_resend
 from corral._sync._calls import run_atomically, run_script
 from corral._sync._redis import Connectable, LazyClient
 from corral._sync.job import Job
-from corral._sync.queue import Queue, external_parents, missing_parent
+from corral._sync.queue import Queue, external_parents
+from corral._sync.queue_adds import missing_parent
 from corral._flow_chunks import Chunk, flow_add_error
 from corral._keys import DEFAULT_PREFIX, split_job_key
 from corral._supervisor import Outage
