@@ -5,6 +5,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+#: The most doublings an exponential delay makes.
+MAX_DOUBLINGS = 48
+
 
 def retry_delay_ms(backoff: Any, attempts_made: int, *, rand: random.Random | None = None) -> int:
     """The delay before the next attempt, in ms, from a job's ``opts.backoff``.
@@ -25,7 +28,8 @@ def retry_delay_ms(backoff: Any, attempts_made: int, *, rand: random.Random | No
     kind = backoff.get("type")
     delay = int(backoff.get("delay") or 0)
     if kind == "exponential":
-        delay = delay * 2 ** max(0, attempts_made - 1)
+        # Doublings past 48 (8,900 years of 1 ms) only make a number too big for a float.
+        delay = delay * 2 ** min(max(0, attempts_made - 1), MAX_DOUBLINGS)
     elif kind != "fixed":
         return 0
     cap = backoff.get("maxDelay")
@@ -43,5 +47,7 @@ def reconnect_delay(failures: int, *, base: float = 0.05, cap: float = 0.25) -> 
     ``base``, at most ``cap``, with jitter (a random half of it) so that many clients that lost
     the server together do not come back in step. Never 0: nothing retries in a busy loop.
     """
-    delay: float = min(cap, base * 2.0 ** max(0, failures - 1))
+    # Bounded exponent: a float overflows at 2.0 ** 1024, which a worker waiting four
+    # minutes for a server that refuses connections reaches.
+    delay: float = min(cap, base * 2.0 ** min(max(0, failures - 1), MAX_DOUBLINGS))
     return delay * random.uniform(0.5, 1.0)

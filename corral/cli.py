@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import click
@@ -92,134 +91,6 @@ def server_status(data_dir: str | None) -> None:
         click.echo(f"running pid={st.pid} url={st.url} data_dir={st.data_dir}")
     else:
         click.echo(f"not running data_dir={st.data_dir}")
-        raise SystemExit(1)
-
-
-def _import_processor(spec: str) -> Any:
-    from corral._imports import import_processor
-    from corral.errors import ProcessorImportError
-
-    try:
-        return import_processor(spec)
-    except ProcessorImportError as exc:
-        raise click.BadParameter(str(exc), param_hint="PROCESSOR") from None
-
-
-@main.command("worker")
-@click.argument("processor")
-@click.option("--queue", "-q", "queue_name", required=True, help="Queue to work on.")
-@click.option(
-    "--concurrency",
-    "-c",
-    default=None,
-    type=click.IntRange(min=1),
-    help="Jobs at once [default: --processes, or 1].",
-)
-@click.option("--name", default=None, help="Worker name, stored on jobs as processedBy.")
-@click.option(
-    "--url",
-    default=None,
-    help="Redis URL (default: $CORRAL_REDIS_URL, $REDIS_URL, or the embedded server).",
-)
-@click.option("--prefix", default="bull", show_default=True, help="Key prefix.")
-@click.option(
-    "--processes",
-    "-p",
-    default=None,
-    type=click.IntRange(min=1),
-    help="Run PROCESSOR in this many child processes.",
-)
-@click.option(
-    "--max-memory-mb", type=click.IntRange(min=1), default=None, help="Per child process."
-)
-@click.option(
-    "--max-jobs-per-child",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Replace a child process after this many jobs.",
-)
-@click.option("--timeout", type=float, default=None, help="Seconds an attempt may run.")
-@click.option("--soft-timeout", type=float, default=None, help="Seconds before a warning.")
-@click.option(
-    "--burst", is_flag=True, help="Exit once the queue is drained (nothing waiting or due)."
-)
-@click.option(
-    "--burst-wait",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="With --burst: wait for delayed jobs due within this many seconds.",
-)
-@click.option("--max-jobs", type=click.IntRange(min=1), default=None, help="Exit after N jobs.")
-@click.option("--max-time", type=float, default=None, help="Exit after this many seconds.")
-@click.option(
-    "--fail-on-job-failure",
-    is_flag=True,
-    help="Exit with status 1 when a job failed for good during the run.",
-)
-@click.option(
-    "--shards",
-    type=click.IntRange(1, 256),
-    default=1,
-    show_default=True,
-    help="Work a sharded queue of this many shards (the producers' count).",
-)
-def worker_command(
-    processor: str,
-    queue_name: str,
-    concurrency: int | None,
-    name: str | None,
-    url: str | None,
-    prefix: str,
-    processes: int | None,
-    max_memory_mb: int | None,
-    max_jobs_per_child: int | None,
-    timeout: float | None,
-    soft_timeout: float | None,
-    burst: bool,
-    burst_wait: float,
-    max_jobs: int | None,
-    max_time: float | None,
-    fail_on_job_failure: bool,
-    shards: int,
-) -> None:
-    """Run PROCESSOR (module:function) on the jobs of a queue until SIGINT or SIGTERM (or,
-    with --burst, --max-jobs or --max-time, until the run is over)."""
-    from corral.errors import CorralError
-    from corral.worker import Worker
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    _import_processor(processor)  # a bad one is a usage error, named as such
-    try:
-        worker = Worker(
-            queue_name,
-            processor,
-            connection=url,
-            prefix=prefix,
-            concurrency=concurrency,
-            name=name,
-            processes=processes,
-            max_memory_mb=max_memory_mb,
-            max_jobs_per_child=max_jobs_per_child,
-            timeout=timeout,
-            soft_timeout=soft_timeout,
-            shards=shards,
-        )
-        click.echo(
-            f"corral worker: queue={queue_name} concurrency={worker.concurrency} "
-            f"processes={processes or 0} pid={os.getpid()}"
-            + (f" shards={shards}" if shards > 1 else "")
-        )
-        summary = worker.run(
-            burst=burst, burst_wait=burst_wait, max_jobs=max_jobs, max_time=max_time
-        )
-    except CorralError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(
-        f"corral worker: {summary.stopped}: {summary.completed} completed, "
-        f"{summary.failed} failed, {summary.retried} retried"
-    )
-    if fail_on_job_failure and summary.failed:
         raise SystemExit(1)
 
 
@@ -408,11 +279,11 @@ def cancel_command(queue_name: str, job_id: str, reason: str, url: str | None, p
 
 
 def _register_commands() -> None:
-    # One module per noun, added to the group here: stats, jobs and job (corral/cli_inspect.py),
-    # retry, promote, remove, clean, pause, resume, drain and obliterate (corral/cli_manage.py),
-    # health and metrics (corral/cli_ops.py), schedulers (corral/cli_schedulers.py) and
-    # completion (corral/cli_completion.py), which then gives every QUEUE argument and
-    # --queue option the completion of queue names.
+    # One module per noun, added to the group here: worker (corral/cli_worker.py), stats,
+    # jobs and job (corral/cli_inspect.py), retry, promote, remove, clean, pause, resume, drain
+    # and obliterate (corral/cli_manage.py), health and metrics (corral/cli_ops.py),
+    # schedulers (corral/cli_schedulers.py) and completion (corral/cli_completion.py), which
+    # then gives every QUEUE argument and --queue option the completion of queue names.
     from corral import (
         cli_completion,
         cli_dlq,
@@ -421,9 +292,11 @@ def _register_commands() -> None:
         cli_ops,
         cli_schedulers,
         cli_top,
+        cli_worker,
     )
 
     for command in [
+        *cli_worker.COMMANDS,
         *cli_inspect.COMMANDS,
         *cli_manage.COMMANDS,
         *cli_schedulers.COMMANDS,

@@ -7,11 +7,13 @@ registered on the worker). corral adds ``retry_on`` / ``no_retry_on`` exception 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from corral import backoff
+from corral.bounds import MAX_TIMESTAMP_MS
 from corral.errors import UnrecoverableError
 from corral.job import JobRecord
 
@@ -48,5 +50,20 @@ class RetryPolicy:
         spec: Any = job.opts.get("backoff")
         if isinstance(spec, Mapping) and spec.get("type") in self.strategies:
             custom = self.strategies[spec["type"]]
-            return max(0, round(custom(made, int(spec.get("delay") or 0), error, job)))
+            return whole_ms(custom(made, int(spec.get("delay") or 0), error, job))
         return backoff.retry_delay_ms(spec, made)
+
+
+def whole_ms(delay: float) -> int:
+    """A custom strategy's delay as whole ms: NaN or negative is 0, infinity the longest."""
+    value = float(delay)
+    if math.isnan(value) or value <= 0:
+        return 0
+    return MAX_TIMESTAMP_MS if math.isinf(value) else round(value)
+
+
+def bounded_delay(delay: int, now_ms: int) -> int:
+    """``delay`` cut so that the retry comes before ``MAX_TIMESTAMP_MS`` (2039-09-07), the
+    last run time a delayed job's score holds exactly (a long exponential run, or a
+    strategy's infinity, would store ``inf`` and a score no client reads back)."""
+    return max(0, min(delay, MAX_TIMESTAMP_MS - 1 - now_ms))

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from corral import AsyncQueue, Job, UnrecoverableError, Worker
+from corral.bounds import MAX_TIMESTAMP_MS
 
 
 async def drive(worker: Worker, done: Callable[[], Awaitable[bool]], timeout: float = 15) -> None:
@@ -144,6 +145,33 @@ async def test_retry_then_success(queue: AsyncQueue, r: redis.Redis, redis_url: 
     assert kinds == ["added", "waiting", "active", "waiting", "active", "completed"]
     assert events(r, "1")[3]["prev"] == "active"
     assert r.zcard("bull:q:failed") == 0
+
+
+async def test_a_retry_far_in_an_exponential_run_is_due_before_2039(
+    queue: AsyncQueue, r: redis.Redis, redis_url: str
+) -> None:
+    """1000 ms doubled 1100 times is no float: the retry was stored as delay "inf" with an
+    infinite score (and a custom strategy's infinity crashed the finish)."""
+
+    def process(job: Job) -> None:
+        raise RuntimeError("still down")
+
+    def forever(attempts: int, delay: int, error: BaseException, job: Any) -> float:
+        return float("inf")
+
+    exponential = {"type": "exponential", "delay": 1000}
+    await queue.add("far", attempts=5000, backoff=exponential)
+    async with AsyncQueue("q", connection=redis_url, backoff_types=["forever"]) as custom:
+        await custom.add("custom", attempts=5000, backoff={"type": "forever"})
+    for job_id in ("1", "2"):
+        r.hset(f"bull:q:{job_id}", "atm", 1100)
+    worker = Worker("q", process, connection=redis_url, backoff_strategies={"forever": forever})
+    summary = await worker.run_async(burst=True, max_jobs=2)
+    assert summary.retried == 2
+    for job_id, score in r.zrange("bull:q:delayed", 0, -1, withscores=True):
+        delay = int(r.hget(f"bull:q:{job_id}", "delay"))  # type: ignore[arg-type]
+        assert 0 < delay < MAX_TIMESTAMP_MS
+        assert score <= MAX_TIMESTAMP_MS * 4096 + 4095  # a finite score, read back exactly
 
 
 async def test_unrecoverable_error_skips_remaining_attempts(

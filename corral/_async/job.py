@@ -23,7 +23,7 @@ from corral.bounds import MAX_NAME_LENGTH, MAX_TIMESTAMP_MS, check_int, check_te
 from corral.errors import InvalidOptionError, failure_reason, script_error, storable_text
 from corral.job import JobRecord, JobState
 from corral.options import MAX_PRIORITY, Duration, duration_ms, retention_limits
-from corral.retry import RetryPolicy
+from corral.retry import RetryPolicy, bounded_delay
 
 if TYPE_CHECKING:
     from corral._async._queue_base import AsyncQueueBase
@@ -83,6 +83,8 @@ class AsyncJob(JobRecord, AsyncJobDataMixin, AsyncJobFlowMixin):
         stack = [*self.stacktrace, storable_text(trace)]
         stacktrace = _codec.dumps(stack[-limit:] if limit > 0 else [])
         delay = policy.retry_delay(self, error)
+        if delay is not None:
+            delay = bounded_delay(delay, clock.now_ms())
         if delay is None:
             outcome, retention, delay = "failed", self.opts.get("removeOnFail"), 0
         else:

@@ -24,7 +24,7 @@ from corral.bounds import MAX_NAME_LENGTH, MAX_TIMESTAMP_MS, check_int, check_te
 from corral.errors import InvalidOptionError, failure_reason, script_error, storable_text
 from corral.job import JobRecord, JobState
 from corral.options import MAX_PRIORITY, Duration, duration_ms, retention_limits
-from corral.retry import RetryPolicy
+from corral.retry import RetryPolicy, bounded_delay
 
 if TYPE_CHECKING:
     from corral._sync._queue_base import QueueBase
@@ -84,6 +84,8 @@ class Job(JobRecord, JobDataMixin, JobFlowMixin):
         stack = [*self.stacktrace, storable_text(trace)]
         stacktrace = _codec.dumps(stack[-limit:] if limit > 0 else [])
         delay = policy.retry_delay(self, error)
+        if delay is not None:
+            delay = bounded_delay(delay, clock.now_ms())
         if delay is None:
             outcome, retention, delay = "failed", self.opts.get("removeOnFail"), 0
         else:
