@@ -286,6 +286,7 @@ def _register_commands() -> None:
     # then gives every QUEUE argument and --queue option the completion of queue names.
     from corral import (
         cli_completion,
+        cli_dashboard,
         cli_dlq,
         cli_inspect,
         cli_manage,
@@ -302,6 +303,7 @@ def _register_commands() -> None:
         *cli_schedulers.COMMANDS,
         *cli_top.COMMANDS,
         *cli_dlq.COMMANDS,
+        *cli_dashboard.COMMANDS,
         *cli_completion.COMMANDS,
     ]:
         main.add_command(command)
