@@ -62,8 +62,13 @@ def whole_ms(delay: float) -> int:
     return MAX_TIMESTAMP_MS if math.isinf(value) else round(value)
 
 
+#: How far before ``MAX_TIMESTAMP_MS`` a bounded retry is due: the finish script adds the
+#: delay to its own clock, a little later than the one the bound was taken on.
+RETRY_MARGIN_MS = 86_400_000
+
+
 def bounded_delay(delay: int, now_ms: int) -> int:
-    """``delay`` cut so that the retry comes before ``MAX_TIMESTAMP_MS`` (2039-09-07), the
-    last run time a delayed job's score holds exactly (a long exponential run, or a
+    """``delay`` cut so that the retry comes a day before ``MAX_TIMESTAMP_MS`` (2039-09-07),
+    the last run time a delayed job's score holds exactly (a long exponential run, or a
     strategy's infinity, would store ``inf`` and a score no client reads back)."""
-    return max(0, min(delay, MAX_TIMESTAMP_MS - 1 - now_ms))
+    return max(0, min(delay, MAX_TIMESTAMP_MS - RETRY_MARGIN_MS - now_ms))
