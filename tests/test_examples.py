@@ -100,6 +100,13 @@ EXPECTED = {
         "corral_job_processing_seconds_count{'outcome': 'completed', 'queue': 'thumbnails'}: 3",
         "corral_job_waiting_seconds_count{'queue': 'thumbnails'}: 3",
     ],
+    "dashboard_mount.py": [
+        "without the token: 401",
+        "overview: 200 links: ['/corral/queues/invoices']",
+        "csp: default-src 'self'",
+        "login: 303 cookie: True",
+        "pause without CSRF token: 403",
+    ],
     "dead_letters.py": [
         "still stored: False",
         "dead letter payments-1: payments/1 payment service down (call 2)",
