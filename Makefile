@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 NODE_DIR := tests/interop
 
-.PHONY: demo test lint typecheck unasync pytest clean
+.PHONY: demo test lint typecheck unasync pytest clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "corral needs Python >= 3.10"'
@@ -36,7 +36,18 @@ typecheck: $(VENV)/.installed-dev
 unasync: $(VENV)/.installed-dev
 	$(BIN)/python scripts/unasync.py --check
 
-pytest: $(VENV)/.installed-dev $(NODE_DIR)/node_modules/.installed
+# tests/browser drives Debian's chromium ($CORRAL_CHROMIUM, else /usr/bin/chromium): installed
+# here when missing, if we are root and have apt-get (else those tests skip, or fail under CI).
+CHROMIUM := $(or $(CORRAL_CHROMIUM),/usr/bin/chromium)
+chromium:
+	@if [ ! -x "$(CHROMIUM)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq chromium >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "could not install chromium: tests/browser will skip (and fail under CI)" >&2; \
+	fi
+
+pytest: $(VENV)/.installed-dev $(NODE_DIR)/node_modules/.installed chromium
 	$(BIN)/python -m pytest
 
 test: lint typecheck unasync pytest
