@@ -1,7 +1,8 @@
 """Jobs finished per minute and processing-time percentiles, from numbers already read.
 
-Pure: :mod:`corral.cli_inspect` and :mod:`corral.cli_top` read the server and pass what they
-read here. Two sources give a per-minute rate of a queue's completed (or failed) jobs:
+Pure: :mod:`corral.cli_inspect`, :mod:`corral.cli_top` and the dashboard read the server and
+pass what they read here (:func:`queue_rate_reads` only queues the reads on their pipeline).
+Two sources give a per-minute rate of a queue's completed (or failed) jobs:
 
 - BullMQ's metrics (``K:metrics:<kind>``), kept when workers run with
   ``metrics_max_data_points`` (Node: ``metrics: {maxDataPoints}``). They count every finish,
@@ -18,10 +19,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from corral._keys import QueueKeys
 
 #: The window of a rate: one minute, in ms.
 WINDOW_MS = 60_000
+#: The finished states a rate per minute is given for.
+RATE_KINDS = ("completed", "failed")
+#: Replies :func:`queue_rate_reads` adds to a pipeline.
+RATE_READS = 3 * len(RATE_KINDS)
 
 #: Where a rate came from: BullMQ's metrics, or a count over the finished set.
 RateSource = Literal["metrics", "finished"]
@@ -116,3 +123,31 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = math.ceil(q / 100 * len(ordered))
     return ordered[max(rank, 1) - 1]
+
+
+def queue_rate_reads(pipe: Any, keys: QueueKeys, now_ms: int) -> None:
+    """Queue on ``pipe`` (a redis-py pipeline of either API) the :data:`RATE_READS` reads
+    that :func:`rates_from` turns into rates: each kind's metrics hash and newest data point,
+    and how many jobs its finished set got in the last minute."""
+    for kind in RATE_KINDS:
+        metrics = keys.key(f"metrics:{kind}")
+        pipe.hmget(metrics, "count", "prevTS", "prevCount")
+        pipe.lindex(f"{metrics}:data", 0)
+        # The finished sets are scored by finishedOn. No upper bound: a worker whose clock is
+        # a little ahead of this one finished its jobs "in the future".
+        pipe.zcount(keys.key(kind), now_ms - WINDOW_MS, "+inf")
+
+
+def rates_from(
+    replies: Sequence[Any], now_ms: int
+) -> tuple[dict[str, float], dict[str, RateSource]]:
+    """Jobs per minute of each kind (rounded to 0.1) and where each came from, from the
+    replies of :func:`queue_rate_reads`."""
+    rates: dict[str, float] = {}
+    sources: dict[str, RateSource] = {}
+    for i, kind in enumerate(RATE_KINDS):
+        fields, point, finished = replies[3 * i : 3 * i + 3]
+        rate, source = choose_rate(parse_metrics(fields, point), int(finished), now_ms)
+        rates[kind] = round(rate, 1)
+        sources[kind] = source
+    return rates, sources

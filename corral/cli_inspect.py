@@ -24,30 +24,26 @@ from rich.text import Text
 from corral import _rates, clock
 from corral._cli_errors import CommandFailure, OneLineCommand, cli_errors, no_such_queue
 from corral._cli_options import json_option, prefix_option, url_option
+from corral._rates import RATE_KINDS
 from corral._sync._redis import LazyClient
 from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._sync.queue_getters import workers_in
-from corral.connection import ClusterSettings, is_cluster_url, parse_cluster_url, resolve_url
+from corral.connection import (
+    ClusterSettings,
+    cluster_client_kwargs,
+    is_cluster_url,
+    parse_cluster_url,
+    resolve_url,
+)
+from corral.job import NEWEST_FIRST, SHOWN_STATES
 
 #: The states ``corral stats`` counts and ``corral jobs`` lists, in the order shown.
-STATES = (
-    "waiting",
-    "prioritized",
-    "delayed",
-    "active",
-    "waiting-children",
-    "completed",
-    "failed",
-)
-#: Finished jobs are listed the last finished first; the others the next to run first.
-_NEWEST_FIRST = frozenset({"completed", "failed"})
+STATES = SHOWN_STATES
 #: Jobs read per round trip while ``--search`` looks through a state.
 _SEARCH_PAGE = 200
 #: Table headers of the states whose names are long (the table fits in 120 columns).
 _HEADERS = {"prioritized": "prio", "waiting-children": "children", "completed": "done"}
-#: The finished states a rate per minute is given for.
-RATE_KINDS = ("completed", "failed")
 
 
 @contextmanager
@@ -76,15 +72,8 @@ def connect(url: str | None) -> Iterator[Redis]:
 def _cluster_client(settings: ClusterSettings) -> RedisCluster:
     """A ``RedisCluster`` of ``settings``' nodes (it reads the map, so it fails here when no
     node can be reached or the password is wrong)."""
-    kwargs: dict[str, Any] = {"username": settings.username, "password": settings.password}
-    if settings.socket_timeout is not None:
-        kwargs["socket_timeout"] = settings.socket_timeout
-    if settings.socket_connect_timeout is not None:
-        kwargs["socket_connect_timeout"] = settings.socket_connect_timeout
-    if settings.tls is not None:
-        kwargs.update(ssl=True, **dict(settings.tls))
     nodes = [ClusterNode(host, port) for host, port in settings.nodes]  # type: ignore[no-untyped-call]
-    return RedisCluster(startup_nodes=nodes, decode_responses=True, **kwargs)
+    return RedisCluster(startup_nodes=nodes, **cluster_client_kwargs(settings))
 
 
 def _escape_glob(text: str) -> str:
@@ -139,22 +128,8 @@ def queue_rates(client: Redis, queue: Queue, now_ms: int) -> dict[str, Any]:
     (``rate_source``: ``"metrics"`` or ``"finished"``), in one round trip (see
     :mod:`corral._rates`)."""
     pipe = client.pipeline(transaction=False)
-    for kind in RATE_KINDS:
-        metrics = queue.keys.key(f"metrics:{kind}")
-        pipe.hmget(metrics, "count", "prevTS", "prevCount")
-        pipe.lindex(f"{metrics}:data", 0)
-        # The finished sets are scored by finishedOn. No upper bound: a worker whose clock is
-        # a little ahead of this one finished its jobs "in the future".
-        pipe.zcount(queue.keys.key(kind), now_ms - _rates.WINDOW_MS, "+inf")
-    replies = pipe.execute()
-    rates: dict[str, float] = {}
-    sources: dict[str, str] = {}
-    for i, kind in enumerate(RATE_KINDS):
-        fields, point, finished = replies[3 * i : 3 * i + 3]
-        sample = _rates.parse_metrics(fields, point)
-        rate, source = _rates.choose_rate(sample, int(finished), now_ms)
-        rates[kind] = round(rate, 1)
-        sources[kind] = source
+    _rates.queue_rate_reads(pipe, queue.keys, now_ms)
+    rates, sources = _rates.rates_from(pipe.execute(), now_ms)
     return {"rates_per_min": rates, "rate_source": sources}
 
 
@@ -301,7 +276,7 @@ def find_jobs(
     found: list[tuple[str, Job]] = []
     needle = search.lower() if search is not None else None
     for state in states:
-        asc = state not in _NEWEST_FIRST
+        asc = state not in NEWEST_FIRST
         start = 0
         while len(found) < limit:
             size = _SEARCH_PAGE if needle is not None else limit - len(found)

@@ -176,6 +176,23 @@ class ClusterSettings:
     tls: tuple[tuple[str, Any], ...] | None = None
 
 
+def cluster_client_kwargs(settings: ClusterSettings) -> dict[str, Any]:
+    """The keyword arguments of a redis-py ``RedisCluster`` (either API) of ``settings``,
+    ``startup_nodes`` apart (each API has its own ``ClusterNode``); replies decoded."""
+    kwargs: dict[str, Any] = {
+        "username": settings.username,
+        "password": settings.password,
+        "decode_responses": True,
+    }
+    if settings.socket_timeout is not None:
+        kwargs["socket_timeout"] = settings.socket_timeout
+    if settings.socket_connect_timeout is not None:
+        kwargs["socket_connect_timeout"] = settings.socket_connect_timeout
+    if settings.tls is not None:
+        kwargs.update(ssl=True, **dict(settings.tls))
+    return kwargs
+
+
 def is_cluster_url(url: object) -> bool:
     return isinstance(url, str) and url.lower().startswith(
         (CLUSTER_SCHEME + "://", CLUSTER_TLS_SCHEME + "://")

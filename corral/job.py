@@ -16,6 +16,20 @@ from typing_extensions import Self
 from corral import _codec
 from corral.options import SOFT_TIMEOUT_KEY, TIMEOUT_KEY
 
+#: The states the inspection tools (``corral stats``, ``corral top``, the dashboard) count
+#: and list, in the order they show them.
+SHOWN_STATES = (
+    "waiting",
+    "prioritized",
+    "delayed",
+    "active",
+    "waiting-children",
+    "completed",
+    "failed",
+)
+#: The states listed the last finished first; the others are listed the next to run first.
+NEWEST_FIRST = frozenset({"completed", "failed"})
+
 
 class JobState(str, enum.Enum):
     """Where a job is; values are BullMQ's state names."""

@@ -24,7 +24,6 @@ from corral.bounds import names_a_job
 from corral.dashboard import search as _search
 from corral.dashboard import views
 from corral.dashboard.queues import (
-    NEWEST_FIRST,
     STATES,
     metrics_series,
     queue_figures,
@@ -33,6 +32,7 @@ from corral.dashboard.queues import (
 from corral.dashboard.rendering import dashboard, fail, links, render
 from corral.dashboard.streams import sse_response
 from corral.errors import InvalidOptionError
+from corral.job import NEWEST_FIRST
 
 #: Children of a parent read and shown at most.
 MAX_CHILDREN = 200

@@ -29,29 +29,21 @@ from corral._async.queue import AsyncQueue
 from corral._async.queue_admin import glob_escape
 from corral._async.queue_getters import workers_in
 from corral._keys import slot_of
+from corral._rates import RATE_KINDS
 from corral.connection import (
     ClusterSettings,
+    cluster_client_kwargs,
     configured_url,
     is_cluster_url,
     masked_url,
     parse_cluster_url,
     resolve_url,
 )
+from corral.job import SHOWN_STATES
 
-#: The states the dashboard counts and lists, in the order shown.
-STATES = (
-    "waiting",
-    "prioritized",
-    "delayed",
-    "active",
-    "waiting-children",
-    "completed",
-    "failed",
-)
-#: Finished jobs are listed the last finished first; the others the next to run first.
-NEWEST_FIRST = frozenset({"completed", "failed"})
-#: The finished states a rate per minute (and a chart) is given for.
-RATE_KINDS = ("completed", "failed")
+# The states shown, and their order (shared with ``corral stats``).
+STATES = SHOWN_STATES
+
 #: Seconds a SCAN's list of queues is reused before the next one.
 DISCOVERY_TTL = 10.0
 #: Keys one of which every queue that has ever held a job has.
@@ -63,15 +55,8 @@ Client = Redis | RedisCluster
 
 def _async_cluster(settings: ClusterSettings) -> RedisCluster:
     """A ``RedisCluster`` (asyncio) of ``settings``' nodes, as ``corral stats`` opens one."""
-    kwargs: dict[str, Any] = {"username": settings.username, "password": settings.password}
-    if settings.socket_timeout is not None:
-        kwargs["socket_timeout"] = settings.socket_timeout
-    if settings.socket_connect_timeout is not None:
-        kwargs["socket_connect_timeout"] = settings.socket_connect_timeout
-    if settings.tls is not None:
-        kwargs.update(ssl=True, **dict(settings.tls))
     nodes = [ClusterNode(host, port) for host, port in settings.nodes]
-    return RedisCluster(startup_nodes=nodes, decode_responses=True, **kwargs)
+    return RedisCluster(startup_nodes=nodes, **cluster_client_kwargs(settings))
 
 
 class QueueDirectory:
@@ -256,19 +241,10 @@ async def queue_figures(queue: AsyncQueue, workers: int) -> dict[str, Any]:
     async with client.pipeline(transaction=False) as pipe:
         pipe.hexists(queue.keys.meta, "paused")
         pipe.lindex(queue.keys.wait, -1)
-        for kind in RATE_KINDS:
-            metrics = queue.keys.key(f"metrics:{kind}")
-            pipe.hmget(metrics, "count", "prevTS", "prevCount")
-            pipe.lindex(f"{metrics}:data", 0)
-            # No upper bound: a worker whose clock is ahead finished jobs "in the future".
-            pipe.zcount(queue.keys.key(kind), now_ms - _rates.WINDOW_MS, "+inf")
+        _rates.queue_rate_reads(pipe, queue.keys, now_ms)
         replies = await pipe.execute()
     paused, head = replies[0], replies[1]
-    rates: dict[str, float] = {}
-    for i, kind in enumerate(RATE_KINDS):
-        fields, point, finished = replies[2 + 3 * i : 5 + 3 * i]
-        sample = _rates.parse_metrics(fields, point)
-        rates[kind] = round(_rates.choose_rate(sample, int(finished), now_ms)[0], 1)
+    rates, _ = _rates.rates_from(replies[2:], now_ms)
     return {
         "name": queue.name,
         "paused": bool(paused),
