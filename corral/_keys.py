@@ -40,6 +40,15 @@ SCRIPT_KEY_SUFFIXES: tuple[str, ...] = (
 #: Suffix of the queue's hash of pending dead letters (:attr:`QueueKeys.dead_letters`).
 DEAD_LETTERS_SUFFIX = "x-dlq"
 
+#: Suffixes of corral's keys hanging off a job's hash (:meth:`QueueKeys.signals`,
+#: :meth:`QueueKeys.steps`); the scripts that remove a job delete them with it.
+SIGNALS_SUFFIX = "x-signals"
+STEPS_SUFFIX = "x-steps"
+
+#: Suffix of a job's stream of partial results (:meth:`QueueKeys.job_stream`); ``x-``, like
+#: corral's other additions, so that it can never meet a key BullMQ hangs off a job.
+JOB_STREAM_SUFFIX = "x-stream"
+
 
 def hash_tag(name: str) -> str | None:
     """The hash tag of a key that starts with ``name`` (the text between the first ``{`` and
@@ -83,6 +92,21 @@ class QueueKeys:
 
     def logs(self, job_id: str) -> str:
         return f"{self.base}:{job_id}:logs"
+
+    def job_stream(self, job_id: str) -> str:
+        """corral's stream of the job's partial results (``job.stream``):
+        ``prefix:name:<id>:x-stream``, deleted with the job by ``_lua/include/remove.lua`` and
+        ``remove_tree.lua``, which name it the same way."""
+        return f"{self.base}:{job_id}:{JOB_STREAM_SUFFIX}"
+
+    def signals(self, job_id: str) -> str:
+        """The job's signals, name -> JSON payload (``queue.signal``; read by
+        ``park_job.lua``, written by ``signal_job.lua``, which build the same name)."""
+        return f"{self.base}:{job_id}:{SIGNALS_SUFFIX}"
+
+    def steps(self, job_id: str) -> str:
+        """The job's recorded steps, name -> JSON result (``job.step``; ``record_step.lua``)."""
+        return f"{self.base}:{job_id}:{STEPS_SUFFIX}"
 
     def cancel_channel(self) -> str:
         """The pub/sub channel ``cancel_job.lua`` publishes a cancel of an active job on, and

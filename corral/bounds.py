@@ -57,6 +57,9 @@ RESERVED_JOB_IDS = frozenset(
         "dependencies",
         "processed",
         "unsuccessful",
+        "x-stream",
+        "x-signals",
+        "x-steps",
     }
 )
 
@@ -68,7 +71,10 @@ QUEUE_KEY_NAMES = frozenset({*SCRIPT_KEY_SUFFIXES, "repeat"})
 
 #: Suffixes of the keys that hang off a job's hash.
 JOB_KEY_SUFFIXES = frozenset(
-    {"lock", "logs", "dependencies", "processed", "failed", "unsuccessful"}
+    {
+        *("lock", "logs", "dependencies", "processed", "failed", "unsuccessful"),
+        *("x-stream", "x-signals", "x-steps"),
+    }
 )
 #: First parts of the queue's keys that hold a namespace of their own (K:de:<dedup id>...).
 KEY_NAMESPACES = frozenset({"de", "dn", "repeat", "metrics", "x-add", "x-flow", "x-idem"})

@@ -292,6 +292,7 @@ def _register_commands() -> None:
         cli_manage,
         cli_ops,
         cli_schedulers,
+        cli_signal,
         cli_top,
         cli_worker,
     )
@@ -304,6 +305,7 @@ def _register_commands() -> None:
         *cli_top.COMMANDS,
         *cli_dlq.COMMANDS,
         *cli_dashboard.COMMANDS,
+        *cli_signal.COMMANDS,
         *cli_completion.COMMANDS,
     ]:
         main.add_command(command)

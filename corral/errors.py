@@ -28,6 +28,7 @@
     ├── WaitingError              raised by job code after ``move_to_wait``
     ├── WaitingChildrenError      raised by job code after ``move_to_waiting_children``
     ├── JobTimeoutError           an attempt ran past its ``timeout`` (retried per attempts)
+    │   └── SignalTimeout         ``wait_for_signal``: no signal came before its ``timeout``
     ├── JobTimeoutWarning         raised in sync job code at its ``soft_timeout``
     ├── ProcessorImportError      (also ConfigurationError) ``module:function`` cannot be imported
     ├── ChildProcessDied          the child process running an attempt died (.how)
@@ -94,6 +95,19 @@ class JobCancelledError(UnrecoverableError):
 class JobTimeoutError(CorralError):
     """An attempt ran past its ``timeout``: the processor was stopped and the attempt fails
     with ``failedReason`` "timed out after N s"; it is retried per ``attempts``."""
+
+
+class SignalTimeout(JobTimeoutError):
+    """Raised inside a processor by ``job.wait_for_signal(name, timeout=...)`` when the job
+    came back from its wait without the signal: the attempt fails with it (retried per
+    ``attempts``, and a retry waits anew). ``name`` is the signal's, ``due_ms`` when the wait
+    ended (epoch ms)."""
+
+    def __init__(self, name: str, due_ms: int, *, job_id: str | None = None) -> None:
+        super().__init__(f"no signal {name!r} before the wait's timeout")
+        self.name = name
+        self.due_ms = due_ms
+        self.job_id = job_id
 
 
 class JobTimeoutWarning(CorralError):

@@ -107,6 +107,17 @@ EXPECTED = {
         "login: 303 cookie: True",
         "pause without CSRF token: 403",
     ],
+    "agent_approval.py": [
+        "parked: state=delayed active=0 (1 slot, free)",
+        "meanwhile: job 2 ran on the free slot and parked too",
+        "signal: woken",
+        "resumed, completed: {'published': True, 'by': 'ada', 'sent': True, 'words': 9}",
+        "tool calls: 2 attempts: 2",
+        "sse: Dear customer, about order 42: we will refund you.",
+        "sse end: end completed",
+        "draft written once: True steps: ['draft', 'publish']",
+        "second: woken {'published': False, 'reason': 'no'}",
+    ],
     "dead_letters.py": [
         "still stored: False",
         "dead letter payments-1: payments/1 payment service down (call 2)",

@@ -19,6 +19,8 @@ from corral._async.job_data import (
     TooLarge,
 )
 from corral._async.job_flow import AsyncJobFlowMixin
+from corral._async.job_signal import AsyncJobSignalMixin
+from corral._async.job_stream import AsyncJobStreamMixin
 from corral.bounds import MAX_NAME_LENGTH, MAX_TIMESTAMP_MS, check_int, check_text, names_a_job
 from corral.errors import InvalidOptionError, failure_reason, script_error, storable_text
 from corral.job import JobRecord, JobState
@@ -42,7 +44,9 @@ _MOVE_TO_DELAYED = _scripts.load("move_to_delayed")
 _MOVE_TO_WAIT = _scripts.load("move_to_wait")
 
 
-class AsyncJob(JobRecord, AsyncJobDataMixin, AsyncJobFlowMixin):
+class AsyncJob(
+    JobRecord, AsyncJobDataMixin, AsyncJobFlowMixin, AsyncJobStreamMixin, AsyncJobSignalMixin
+):
     """A job of an :class:`AsyncQueue`; see :class:`corral.job.JobRecord` for its fields."""
 
     queue: AsyncQueueBase

@@ -20,6 +20,8 @@ from corral._sync.job_data import (
     TooLarge,
 )
 from corral._sync.job_flow import JobFlowMixin
+from corral._sync.job_signal import JobSignalMixin
+from corral._sync.job_stream import JobStreamMixin
 from corral.bounds import MAX_NAME_LENGTH, MAX_TIMESTAMP_MS, check_int, check_text, names_a_job
 from corral.errors import InvalidOptionError, failure_reason, script_error, storable_text
 from corral.job import JobRecord, JobState
@@ -43,7 +45,9 @@ _MOVE_TO_DELAYED = _scripts.load("move_to_delayed")
 _MOVE_TO_WAIT = _scripts.load("move_to_wait")
 
 
-class Job(JobRecord, JobDataMixin, JobFlowMixin):
+class Job(
+    JobRecord, JobDataMixin, JobFlowMixin, JobStreamMixin, JobSignalMixin
+):
     """A job of an :class:`Queue`; see :class:`corral.job.JobRecord` for its fields."""
 
     queue: QueueBase

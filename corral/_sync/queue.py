@@ -14,6 +14,8 @@ from corral._sync._redis import Connectable, check_same_slot
 from corral._sync.job import Job
 from corral._sync.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._sync.queue_adds import QueueAdds, missing_parent
+from corral._sync.queue_signal import QueueSignals
+from corral._sync.queue_stream import QueueStreamMixin
 from corral._durable import Durability, check_acknowledged
 from corral._keys import DEFAULT_PREFIX
 from corral._supervisor import Outage
@@ -30,7 +32,7 @@ BulkItem = tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]
 logger = logging.getLogger("corral.queue")
 
 
-class Queue(QueueAdds):
+class Queue(QueueAdds, QueueStreamMixin, QueueSignals):
     """A queue in BullMQ 6.x's layout, for asyncio code.
 
     Args:

@@ -3,7 +3,8 @@
 -- frees a DEL in the foreground unless lazyfree-lazy-user-del is set).
 local function delete_job(job_key)
   rcall("UNLINK", job_key, job_key .. ":logs", job_key .. ":lock", job_key .. ":dependencies",
-    job_key .. ":processed", job_key .. ":failed", job_key .. ":unsuccessful")
+    job_key .. ":processed", job_key .. ":failed", job_key .. ":unsuccessful",
+    job_key .. ":x-stream", job_key .. ":x-signals", job_key .. ":x-steps")
 end
 
 -- removeOnComplete / removeOnFail on the finished set `set_key`: keep at most `keep` jobs

@@ -50,7 +50,8 @@ end
 -- server's background thread, so deleting a job costs the same whatever it holds.
 local function unlink_job(job_key)
   rcall("UNLINK", job_key, job_key .. ":logs", job_key .. ":lock", job_key .. ":dependencies",
-    job_key .. ":processed", job_key .. ":failed", job_key .. ":unsuccessful")
+    job_key .. ":processed", job_key .. ":failed", job_key .. ":unsuccessful",
+    job_key .. ":x-stream", job_key .. ":x-signals", job_key .. ":x-steps")
 end
 
 -- The events cap of each queue met in this call, read once per queue.
