@@ -56,6 +56,7 @@ test: lint typecheck unasync pytest
 # corral against Node BullMQ on a fresh Valkey (see docs/benchmarks.md); BENCH_ARGS=--quick etc.
 bench: $(VENV)/.installed-dev $(NODE_DIR)/node_modules/.installed
 	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench.streams
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules .mypy_cache .ruff_cache .pytest_cache
