@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
@@ -19,7 +20,7 @@ from corral import (
     Worker,
 )
 from corral._async.job_stream import DEFAULT_STREAM_TTL, MAX_CHUNK_BYTES
-from corral.errors import JobFinishedError
+from corral.errors import JobFinishedError, LockMismatchError, LockMissingError
 from corral.stream_items import StreamEnd, StreamItem
 from tests.test_queue_events_live import blocked_in_xread
 from tests.test_worker import drive, finished
@@ -228,6 +229,27 @@ async def test_missing_and_finished_jobs(queue: AsyncQueue, redis_url: str, r: r
     await run_jobs(queue, redis_url, process, 1)
     with pytest.raises(JobFinishedError):
         await done.stream("after the end")
+
+
+async def test_an_attempt_that_lost_its_lock_streams_nothing(
+    queue: AsyncQueue, redis_url: str, r: redis.Redis
+) -> None:
+    await queue.add("gen", {})
+    worker = Worker("q", None, connection=redis_url)
+    try:
+        job = await worker.get_next_job()
+        assert job is not None
+        await job.stream("mine")
+        r.set(f"bull:q:{job.id}:lock", "another-worker")  # stalled, then taken elsewhere
+        with pytest.raises(LockMismatchError):
+            await job.stream("stale")
+        r.delete(f"bull:q:{job.id}:lock")
+        with pytest.raises(LockMissingError):
+            await job.stream("stale")
+        entries = r.xrange(f"bull:q:{job.id}:x-stream")
+        assert [orjson.loads(fields["v"]) for _, fields in entries] == ["mine"]
+    finally:
+        await worker.close()
 
 
 @pytest.mark.parametrize("how", ["remove", "remove_on_complete", "clean", "obliterate"])

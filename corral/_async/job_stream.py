@@ -41,6 +41,7 @@ class AsyncJobStreamMixin:
     if TYPE_CHECKING:
         queue: AsyncQueueBase
         id: str
+        token: str | None
 
     async def stream(
         self,
@@ -70,6 +71,8 @@ class AsyncJobStreamMixin:
                 ``max_len``/``ttl`` is out of range; nothing was written.
             JobNotFoundError: the job does not exist any more.
             JobFinishedError: the job has already finished (its readers have stopped).
+            LockMissingError, LockMismatchError: this attempt lost the job's lock (it may run
+                elsewhere now); nothing was written.
 
         Example::
 
@@ -90,7 +93,15 @@ class AsyncJobStreamMixin:
             raise script_error(-1, queue=self.queue.name, job_id=self.id)
         reply = await self.queue._run(
             _ADD_STREAM_CHUNK,
-            [self.queue._job_prefix, self.id, encoded, max_len, ttl_ms, MAX_CHUNK_BYTES],
+            [
+                self.queue._job_prefix,
+                self.id,
+                encoded,
+                max_len,
+                ttl_ms,
+                MAX_CHUNK_BYTES,
+                self.token or "0",  # the attempt's lock; none for a job processed by hand
+            ],
         )
         if isinstance(reply, list):  # {-10, limit}: checked above, so only on a mismatch
             raise InvalidOptionError(f"stream chunk is over the limit of {int(reply[1])} bytes")

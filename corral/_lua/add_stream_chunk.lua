@@ -15,9 +15,12 @@
 -- ARGV[4] max_len: the approximate cap of the stream (XADD MAXLEN ~), an integer >= 1
 -- ARGV[5] ttl in ms (PEXPIRE), an integer >= 1
 -- ARGV[6] the most bytes ARGV[3] may have
+-- ARGV[7] the lock token of the attempt that streams; "0" skips the check (a job processed by
+--         hand, without a lock)
 -- Returns the entry's stream id ("<ms>-<seq>").
--- Error codes: -1 job missing, -9 the job has finished, {-10, limit} the chunk is over ARGV[6]
--- bytes (nothing was written for any of them).
+-- Error codes: -1 job missing, -9 the job has finished, -2 its lock is missing (the worker
+-- lost it: the job may be running elsewhere by now), -6 the lock is another worker's,
+-- {-10, limit} the chunk is over ARGV[6] bytes (nothing was written for any of them).
 -- @include keys
 
 local job_key = ARGV[1] .. ARGV[2]
@@ -27,6 +30,17 @@ end
 local fields = rcall("HMGET", job_key, "finishedOn", "ats")
 if fields[1] then
   return -9
+end
+-- A worker that lost its lock (stalled, then taken by another) must not write into the
+-- stream of the attempt that runs now.
+if ARGV[7] ~= "0" then
+  local holder = rcall("GET", job_key .. ":lock")
+  if not holder then
+    return -2
+  end
+  if holder ~= ARGV[7] then
+    return -6
+  end
 end
 local limit = tonumber(ARGV[6])
 if #ARGV[3] > limit then
