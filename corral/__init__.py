@@ -61,6 +61,7 @@ from corral.errors import (
 from corral.flow_job import FlowJob, JobNode, UnfinishedFlow
 from corral.job import JobRecord, JobState
 from corral.schedule import JobScheduler, JobTemplate
+from corral.stream_items import StreamEnd, StreamItem
 from corral.worker import Worker
 
 __all__ = [
@@ -115,6 +116,8 @@ __all__ = [
     "ServerReplyError",
     "ShardedQueue",
     "SignalTimeout",
+    "StreamEnd",
+    "StreamItem",
     "UnfinishedFlow",
     "UnrecoverableError",
     "WaitingChildrenError",
