@@ -73,6 +73,13 @@ def parked(r: redis.Redis, job_id: str, name: str = "approval") -> Callable[[], 
     return check
 
 
+def idle(worker: Running) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return worker.busy() == 0
+
+    return check
+
+
 def state(queue: AsyncQueue, job_id: str, wanted: str) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         job = await queue.get_job(job_id)
@@ -139,7 +146,8 @@ async def test_the_slot_is_free_while_the_job_is_parked(
     worker = Running(Worker("q", process, connection=redis_url, concurrency=1))
     try:
         await until(parked(r, waiting.id), "the job parked")
-        assert worker.busy() == 0
+        # The park is on the server before the processor has left: wait for the slot.
+        await until(idle(worker), "the slot freed")
         # One slot, taken by nothing: another job runs while the first waits.
         other = await queue.add("quick")
         assert await other.wait_until_finished(timeout=15) == "quick"
@@ -494,7 +502,8 @@ async def test_a_plain_function_waits_and_steps_with_the_blocking_job(
     worker = Running(Worker("q", process, connection=redis_url))
     try:
         await until(parked(r, job.id), "parked")
-        assert worker.busy() == 0
+        # The park is on the server before the processor has left: wait for the slot.
+        await until(idle(worker), "the slot freed")
         with Queue("q", connection=redis_url) as blocking:
             assert blocking.signal(job.id, "approval", "y") == "woken"
         assert await job.wait_until_finished(timeout=15) == ["d", "y"]
