@@ -213,12 +213,18 @@ class Slots:
 
     async def _block_on_marker(self, timeout: float) -> Any:
         assert self._blocking is not None
-        self._block_task = asyncio.ensure_future(
+        task = self._block_task = asyncio.ensure_future(
             self._blocking.bzpopmin(self._marker, timeout=timeout)
         )
+        task.add_done_callback(_retrieved)
         try:
-            return await self._block_task
+            # Shielded, so that a cancel of the fetch (the worker's task cancelled) ends it at
+            # once: redis-py can swallow the cancel it passes on to the read, which then
+            # returns at its timeout as if nothing happened, and the fetch would block again,
+            # for ever.
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
+            task.cancel()  # close() cancels the read itself: that ends here too
             if not self.closing:
                 raise
             return None
@@ -294,3 +300,10 @@ class Slots:
                     await self.tokens.give_back_now(self._queue, self._outage)
                 break
             lease = self._lease(fetched)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome of a marker read left behind by a cancel (no "exception never
+    retrieved" warning for a read whose connection was closed under it)."""
+    if not task.cancelled():
+        task.exception()

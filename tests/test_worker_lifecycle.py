@@ -520,6 +520,29 @@ async def test_a_worker_busy_from_its_start_is_listed(queue: AsyncQueue, redis_u
         await task
 
 
+async def test_cancelling_a_workers_task_after_a_job_ends_it(
+    queue: AsyncQueue, redis_url: str, r: redis.Redis
+) -> None:
+    """redis-py can swallow a cancel passed on to the marker's blocking read: the read then
+    returned at its timeout as if nothing happened and the fetch blocked again, so the
+    cancelled task never ended (seen within six tries when cancelled just after a job)."""
+    for _ in range(12):
+        r.delete("bull:q:completed")
+        job = await queue.add("quick")
+        worker = Worker("q", lambda job: None, connection=redis_url)
+        task = asyncio.create_task(worker.run_async())
+        try:
+            deadline = asyncio.get_running_loop().time() + 20
+            while r.zscore("bull:q:completed", job.id) is None:  # done: the worker fetches again
+                assert asyncio.get_running_loop().time() < deadline, "the job never ran"
+                await asyncio.sleep(0.001)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 15)  # a hang is the failure: 15 s is no timing
+        finally:
+            await worker.close()
+
+
 async def test_idle_worker_does_not_spin_on_a_delayed_job(
     queue: AsyncQueue, r: redis.Redis, redis_url: str
 ) -> None:
