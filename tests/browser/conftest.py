@@ -23,6 +23,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -167,11 +168,10 @@ class Dashboard:
     redis_url: str
 
 
-@pytest.fixture
-def dashboard(seeded: str) -> Iterator[Dashboard]:
-    """The dashboard of the seeded test server, served by uvicorn on a free port."""
+@contextmanager
+def serve(app: Any, name: str) -> Iterator[str]:
+    """Serve the ASGI ``app`` with uvicorn in a thread on a free port; yield its base URL."""
     port = free_port()
-    app = create_app(connection=seeded, auth=TOKEN)
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -183,17 +183,24 @@ def dashboard(seeded: str) -> Iterator[Dashboard]:
         timeout_graceful_shutdown=2,
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="dashboard", daemon=True)
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
     thread.start()
     ticks = threading.Event()  # never set: its wait() is the poll interval
     while not server.started and thread.is_alive():
         ticks.wait(0.01)
-    assert server.started, "the dashboard did not start"
+    assert server.started, f"{name} did not start"
     try:
-        yield Dashboard(f"http://127.0.0.1:{port}", seeded)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+@pytest.fixture
+def dashboard(seeded: str) -> Iterator[Dashboard]:
+    """The dashboard of the seeded test server, served by uvicorn on a free port."""
+    with serve(create_app(connection=seeded, auth=TOKEN), "dashboard") as base:
+        yield Dashboard(base, seeded)
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import uvicorn
 from playwright.sync_api import Browser, Page, expect
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -26,8 +25,7 @@ from starlette.routing import Route
 
 from corral import AsyncQueue, Job, Queue, Worker
 from corral.sse import job_events
-from tests.browser.conftest import TIMEOUT_MS, in_thread
-from tests.conftest import free_port
+from tests.browser.conftest import TIMEOUT_MS, in_thread, serve
 
 #: The chunks the job streams, and after which one the server drops the first connection.
 CHUNKS = 10
@@ -141,30 +139,10 @@ def app(redis_url: str, server: Server) -> Starlette:
 @pytest.fixture
 def server(redis_url: str) -> Iterator[Server]:
     """The app, served by uvicorn in a thread on a free port."""
-    port = free_port()
-    served = Server(f"http://127.0.0.1:{port}")
-    config = uvicorn.Config(
-        app(redis_url, served),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="on",
-        access_log=False,
-        ws="none",
-        timeout_graceful_shutdown=2,
-    )
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, name="sse-app", daemon=True)
-    thread.start()
-    ticks = threading.Event()  # never set: its wait() is the poll interval
-    while not uv.started and thread.is_alive():
-        ticks.wait(0.01)
-    assert uv.started, "the app did not start"
-    try:
+    served = Server("")
+    with serve(app(redis_url, served), "sse-app") as base:
+        served.url = base
         yield served
-    finally:
-        uv.should_exit = True
-        thread.join(15)
 
 
 @pytest.fixture
