@@ -40,6 +40,9 @@ SCRIPT_KEY_SUFFIXES: tuple[str, ...] = (
 #: Suffix of the queue's hash of pending dead letters (:attr:`QueueKeys.dead_letters`).
 DEAD_LETTERS_SUFFIX = "x-dlq"
 
+#: Suffix of the queue's zset of parked jobs (:attr:`QueueKeys.parked`).
+PARKED_SUFFIX = "x-parked"
+
 #: Suffixes of corral's keys hanging off a job's hash (:meth:`QueueKeys.signals`,
 #: :meth:`QueueKeys.steps`); the scripts that remove a job delete them with it.
 SIGNALS_SUFFIX = "x-signals"
@@ -185,6 +188,13 @@ class QueueKeys:
     @property
     def id_counter(self) -> str:
         return self.key("id")
+
+    @property
+    def parked(self) -> str:
+        """corral's zset of the jobs parked by ``wait_for_signal``: job id -> the epoch ms it
+        runs again (its wait's timeout, or when its signal came), ``prefix:name:x-parked``,
+        named from the prefix the same way by ``_lua/include/parked.lua``."""
+        return self.key(PARKED_SUFFIX)
 
     @property
     def dead_letters(self) -> str:

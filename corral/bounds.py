@@ -37,7 +37,8 @@ MAX_NAME_LENGTH = 1024
 #: Names of a queue's own keys (``<prefix>:<queue>:<name>``) and of its key namespaces
 #: (``de:<id>``, ``repeat:<id>``...). A job whose id is one of them would have its hash (or its
 #: ``:lock``, ``:logs``... keys) where the queue keeps its own data, so they are refused as job
-#: ids. BullMQ's keys first, then corral's (``dn``, ``x-add``, ``x-flow``, ``x-idem``, ``x-dlq``).
+#: ids. BullMQ's keys first, then corral's (``dn``, ``x-add``, ``x-flow``, ``x-idem``, ``x-dlq``,
+#: ``x-parked``).
 RESERVED_JOB_IDS = frozenset(
     {
         *SCRIPT_KEY_SUFFIXES,  # wait, active, meta, events, limiter, id...
@@ -49,6 +50,7 @@ RESERVED_JOB_IDS = frozenset(
         "x-flow",
         "x-idem",
         "x-dlq",
+        "x-parked",
         # The keys hanging off a job's hash (K:<id>:lock...): a job with one of these ids
         # would be indistinguishable from another job's key when prefixes nest
         # (queue "q" of prefix "bull:app" vs job "q" of queue "app").

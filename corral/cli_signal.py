@@ -54,7 +54,7 @@ def signal_command(
         document = {"queue": queue_name, "job": job_id, "signal": name, "outcome": outcome}
         click.echo(json.dumps(document))
     elif outcome == "woken":
-        click.echo(f"signal {name!r} sent: job {job_id} woken (back in wait)")
+        click.echo(f"signal {name!r} sent: job {job_id} woken (a worker takes it next)")
     else:
         click.echo(f"signal {name!r} kept for job {job_id} (it is not parked waiting for it)")
 

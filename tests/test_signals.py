@@ -29,8 +29,13 @@ from corral import (
     SignalTimeout,
     Worker,
 )
+from corral.bounds import MAX_TIMESTAMP_MS
+from corral.clock import now_ms
 from tests.conftest import ServerProcess, free_port, server_binary
 from tests.test_cli_inspect import cli, one_line_error
+
+#: Where a parked job sits in delayed (_lua/include/parked.lua): MAX_TIMESTAMP_MS as a score.
+PARKED_SCORE = float(MAX_TIMESTAMP_MS * 4096)
 
 
 async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 15) -> None:
@@ -65,8 +70,10 @@ async def queue(redis_url: str) -> AsyncIterator[AsyncQueue]:
 
 def parked(r: redis.Redis, job_id: str, name: str = "approval") -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
+        # In delayed out of any worker's promotion (PARKED_SCORE), due in K:x-parked.
         return (
-            r.zscore("bull:q:delayed", job_id) is not None
+            r.zscore("bull:q:delayed", job_id) == PARKED_SCORE
+            and r.zscore("bull:q:x-parked", job_id) is not None
             and r.hget(f"bull:q:{job_id}", "x-wait") == name
         )
 
@@ -121,7 +128,6 @@ async def test_park_then_signal_wakes_the_job_and_the_step_is_not_redone(
         assert r.hget(f"bull:q:{job.id}", "atm") in (None, "0")
         assert int(r.hget(f"bull:q:{job.id}", "x-wait-due") or 0) > 0
         assert await queue.signal(job.id, "approval", {"ok": True, "by": "ada"}) == "woken"
-        assert r.zscore("bull:q:delayed", job.id) is None
         result = await job.wait_until_finished(timeout=15)
     finally:
         await worker.stop()
@@ -541,14 +547,17 @@ def test_cli_signal_wakes_keeps_and_refuses_in_one_line(redis_url: str, r: redis
         assert queue.get_signals(job.id) == {"approval": {"ok": True}}
         # Parked by hand as park_job would: a delayed job waiting for "approval".
         r.lrem("bull:q:wait", 0, job.id)
-        r.zadd("bull:q:delayed", {job.id: 1})
+        r.zadd("bull:q:delayed", {job.id: PARKED_SCORE})
+        r.zadd("bull:q:x-parked", {job.id: MAX_TIMESTAMP_MS})
         r.hset(f"bull:q:{job.id}", "x-wait", "approval")
         result = cli("signal", "q", job.id, "approval", "--url", redis_url, "--json")
         assert result.exit_code == 0, result.output
         assert result.stdout.strip() == (
             f'{{"queue": "q", "job": "{job.id}", "signal": "approval", "outcome": "woken"}}'
         )
-        assert r.lrange("bull:q:wait", 0, -1) == [job.id]
+        # Due now, for a corral worker's next fetch; never in wait, where Node would take it.
+        assert r.lrange("bull:q:wait", 0, -1) == []
+        assert (r.zscore("bull:q:x-parked", job.id) or 0) <= now_ms()
         assert queue.get_signals(job.id) == {"approval": None}
         job.remove()
     missing = one_line_error(cli("signal", "q", "404", "approval", "--url", redis_url), 1)

@@ -69,10 +69,10 @@ class AsyncJobSignalMixin:
 
         Call it inside a processor. When the signal is there (sent before the wait, or this
         is the run the signal woke), its payload is returned at once. Else the job moves,
-        atomically, from active to delayed until the timeout, its lock is released, and this
-        raises :class:`DelayedError`: let it propagate, and the worker frees the slot
-        without counting an attempt. ``queue.signal(job.id, name, payload)`` puts the job
-        back in wait and a worker runs the processor again from the start, where this call
+        atomically, from active to delayed (parked, where no Node worker takes it), its lock
+        is released, and this raises :class:`DelayedError`: let it propagate, and the worker
+        frees the slot without counting an attempt. ``queue.signal(job.id, name, payload)``
+        makes it due and a corral worker runs the processor again from the start, where this call
         now returns the payload: wrap the work done before the wait in :meth:`step`.
 
         Args:

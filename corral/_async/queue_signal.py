@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from corral import _codec, _scripts
+from corral import _codec, _scripts, clock
 from corral._async._queue_base import AsyncQueueBase
 from corral._async.job_signal import check_payload
 from corral.bounds import MAX_JOB_ID_LENGTH, MAX_NAME_LENGTH, check_text, names_a_job
@@ -21,7 +21,7 @@ from corral.errors import JobFinishedError, script_error
 MAX_SIGNAL_BYTES = 1024 * 1024
 
 #: What :meth:`AsyncQueueSignals.signal` did: ``"woken"``, the job was parked waiting for
-#: this signal and is back in wait; ``"kept"``, the job is not parked for it (not at its wait
+#: this signal and a worker takes it next; ``"kept"``, the job is not parked for it (not at its wait
 #: yet, running, waiting for another signal) and its wait will return the payload at once.
 SignalOutcome = Literal["woken", "kept"]
 
@@ -43,7 +43,8 @@ class AsyncQueueSignals(AsyncQueueBase):
             payload: any JSON value (``None`` by default), at most :data:`MAX_SIGNAL_BYTES`.
 
         Returns:
-            ``"woken"`` when the job was parked waiting for this signal (it is in wait now),
+            ``"woken"`` when the job was parked waiting for this signal (a worker takes it
+            next),
             ``"kept"`` otherwise.
 
         Raises:
@@ -56,7 +57,9 @@ class AsyncQueueSignals(AsyncQueueBase):
         encoded = check_payload("signal payload", payload, MAX_SIGNAL_BYTES, "MAX_SIGNAL_BYTES")
         if not names_a_job(job_id):
             raise script_error(-1, queue=self.name, job_id=job_id)
-        reply = await self._run(_SIGNAL_JOB, [self._job_prefix, job_id, name, encoded])
+        reply = await self._run(
+            _SIGNAL_JOB, [self._job_prefix, job_id, name, encoded, clock.now_ms()]
+        )
         code = int(reply[0])
         if code == -9:
             state = _codec.text(reply[1])

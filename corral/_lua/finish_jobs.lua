@@ -25,6 +25,7 @@
 -- @include parent
 -- @include dedup
 -- @include dead_letter
+-- @include parked
 -- @include fetch
 -- @include finish
 
@@ -47,7 +48,7 @@ if spec.count > 0 then
   local taken, limit_ttl = take_jobs(out, prefix, now, spec, max_len)
   out[2] = taken
   if taken == 0 then
-    out[1] = wake_hint(limit_ttl)
+    out[1] = wake_hint(limit_ttl, prefix, now)
     if rcall("LLEN", K_WAIT) == 0 and rcall("ZCARD", K_PRIORITIZED) == 0 then
       emit(max_len, "drained")
     end

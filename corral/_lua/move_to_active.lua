@@ -26,6 +26,7 @@
 -- @include parent
 -- @include dedup
 -- @include dead_letter
+-- @include parked
 -- @include fetch
 
 local prefix = ARGV[1]
@@ -37,6 +38,6 @@ local out = {0, 0}
 local taken, limit_ttl = take_jobs(out, prefix, now, fetch_spec(3), max_len)
 out[2] = taken
 if taken == 0 then
-  out[1] = wake_hint(limit_ttl)
+  out[1] = wake_hint(limit_ttl, prefix, now)
 end
 return out

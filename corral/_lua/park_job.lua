@@ -3,14 +3,14 @@
 -- One script, so that a signal sent while the processor is on its way to the wait is seen
 -- here and never missed: either the signal is already stored (its payload is returned and
 -- nothing moves), or the job is parked and signal_job.lua, which runs after, wakes it.
--- Parking is move_to_delayed.lua's move (active -> delayed, lock released, atm left alone)
--- with the wait recorded on the job hash: x-wait (the signal's name) and x-wait-due (when the
--- wait times out, epoch ms). A job that comes back from delayed still waiting for the same
--- name and past x-wait-due has timed out; one that comes back early (promoted by hand) is
--- parked again until the same due time.
+-- Parking is move_to_delayed.lua's move (active -> delayed, lock released, atm left alone),
+-- but out of any Node worker's reach (include/parked.lua), with the wait recorded on the job
+-- hash: x-wait (the signal's name) and x-wait-due (when the wait times out, epoch ms). A job
+-- that comes back still waiting for the same name and past x-wait-due has timed out; one that
+-- comes back early (promoted by hand) is parked again until the same due time.
 --
 -- KEYS: the queue's keys in corral._keys order (include/keys.lua); uses active, delayed,
---       marker, events, meta, stalled.
+--       marker, events, meta, stalled; and K:x-parked, named from ARGV[1].
 -- ARGV[1] key prefix of the queue's jobs ("bull:q:")
 -- ARGV[2] job id
 -- ARGV[3] lock token ("0" skips the lock check)
@@ -24,6 +24,7 @@
 -- @include keys
 -- @include events
 -- @include scores
+-- @include parked
 
 local job_id = ARGV[2]
 local job_key = ARGV[1] .. job_id
@@ -69,5 +70,6 @@ rcall("DEL", job_key .. ":lock")
 rcall("SREM", K_STALLED, job_id)
 rcall("HSET", job_key, "x-wait", name, "x-wait-due", fmt(due),
   "delay", fmt(math.max(0, due - now)))
-schedule_delayed(job_id, due, events_max_len())
+park(ARGV[1], job_id, due)
+emit(events_max_len(), "delayed", "jobId", job_id, "delay", fmt(due))
 return {0, fmt(due)}

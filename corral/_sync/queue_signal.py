@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from corral import _codec, _scripts
+from corral import _codec, _scripts, clock
 from corral._sync._queue_base import QueueBase
 from corral._sync.job_signal import check_payload
 from corral.bounds import MAX_JOB_ID_LENGTH, MAX_NAME_LENGTH, check_text, names_a_job
@@ -22,7 +22,7 @@ from corral.errors import JobFinishedError, script_error
 MAX_SIGNAL_BYTES = 1024 * 1024
 
 #: What :meth:`QueueSignals.signal` did: ``"woken"``, the job was parked waiting for
-#: this signal and is back in wait; ``"kept"``, the job is not parked for it (not at its wait
+#: this signal and a worker takes it next; ``"kept"``, the job is not parked for it (not at its wait
 #: yet, running, waiting for another signal) and its wait will return the payload at once.
 SignalOutcome = Literal["woken", "kept"]
 
@@ -44,7 +44,8 @@ class QueueSignals(QueueBase):
             payload: any JSON value (``None`` by default), at most :data:`MAX_SIGNAL_BYTES`.
 
         Returns:
-            ``"woken"`` when the job was parked waiting for this signal (it is in wait now),
+            ``"woken"`` when the job was parked waiting for this signal (a worker takes it
+            next),
             ``"kept"`` otherwise.
 
         Raises:
@@ -57,7 +58,9 @@ class QueueSignals(QueueBase):
         encoded = check_payload("signal payload", payload, MAX_SIGNAL_BYTES, "MAX_SIGNAL_BYTES")
         if not names_a_job(job_id):
             raise script_error(-1, queue=self.name, job_id=job_id)
-        reply = self._run(_SIGNAL_JOB, [self._job_prefix, job_id, name, encoded])
+        reply = self._run(
+            _SIGNAL_JOB, [self._job_prefix, job_id, name, encoded, clock.now_ms()]
+        )
         code = int(reply[0])
         if code == -9:
             state = _codec.text(reply[1])

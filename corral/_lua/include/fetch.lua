@@ -122,8 +122,20 @@ local function take_jobs(out, prefix, now, spec, max_len)
     count = math.min(count, limit_max - used)
   end
   local taken = 0
+  -- Parked jobs that are due (signalled, or their wait timed out) go first, straight from
+  -- delayed to active (include/parked.lua).
+  local woken, next_woken = due_parked(prefix, now, count), 1
   while taken < count do
-    local job_id = rcall("RPOPLPUSH", K_WAIT, K_ACTIVE)
+    local job_id, prev = nil, "waiting"
+    while not job_id and next_woken <= #woken do
+      if unpark(prefix, woken[next_woken]) then
+        job_id, prev = woken[next_woken], "delayed"
+      end
+      next_woken = next_woken + 1
+    end
+    if not job_id then
+      job_id = rcall("RPOPLPUSH", K_WAIT, K_ACTIVE)
+    end
     if not job_id then
       local popped = rcall("ZPOPMIN", K_PRIORITIZED)
       if not popped[1] then
@@ -154,7 +166,7 @@ local function take_jobs(out, prefix, now, spec, max_len)
       else
         rcall("HSET", job_key, "processedOn", now, "ats", ats)
       end
-      emit(max_len, "active", "jobId", job_id, "prev", "waiting")
+      emit(max_len, "active", "jobId", job_id, "prev", prev)
       taken = taken + 1
       out[#out + 1] = job_id
       out[#out + 1] = token
@@ -168,23 +180,28 @@ local function take_jobs(out, prefix, now, spec, max_len)
   return taken, 0
 end
 
--- The epoch ms at which the next delayed job is due (0 when there is none); re-arms the marker.
-local function next_delayed_at()
-  local first = rcall("ZRANGE", K_DELAYED, 0, 0, "WITHSCORES")
-  if first[2] then
-    local at = math.floor(tonumber(first[2]) / 4096)
-    rcall("ZADD", K_MARKER, fmt(at), "1")
-    return at
+-- The epoch ms at which the next delayed job, or parked job, is due after now (0 when there
+-- is none); re-arms the marker. Parked jobs' PARKED_SCORE is no due time (include/parked.lua).
+local function next_delayed_at(prefix, now)
+  local first = rcall("ZRANGEBYSCORE", K_DELAYED, "-inf", "(" .. PARKED_SCORE, "WITHSCORES",
+    "LIMIT", 0, 1)
+  local at = first[2] and math.floor(tonumber(first[2]) / 4096) or 0
+  local parked_at = next_parked_at(prefix, now)
+  if parked_at > 0 and (at == 0 or parked_at < at) then
+    at = parked_at
   end
-  return 0
+  if at > 0 then
+    rcall("ZADD", K_MARKER, fmt(at), "1")
+  end
+  return at
 end
 
 -- When a fetch takes nothing, what the worker should wait for: -ttl (rate limited for ttl
--- ms), or the epoch ms of the next delayed job (0: nothing is scheduled).
-local function wake_hint(limit_ttl)
+-- ms), or the epoch ms of the next delayed or parked job (0: nothing is scheduled).
+local function wake_hint(limit_ttl, prefix, now)
   if limit_ttl > 0 then
     return -limit_ttl
   end
-  return next_delayed_at()
+  return next_delayed_at(prefix, now)
 end
 
