@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime
 import inspect
 import os
 import socket
@@ -15,11 +16,13 @@ import struct
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from corral import _codec, errors
+from corral._async.job_stream import DEFAULT_STREAM_MAX_LEN, DEFAULT_STREAM_TTL
 from corral.errors import JobTimeoutWarning, UnrecoverableError, failure_reason, storable_text
 from corral.job import JobRecord
 
@@ -196,6 +199,26 @@ def _reply_value(reply: list[Any]) -> Any:
     raise RuntimeError(f"{type_name}: {message}")
 
 
+def _seconds(value: Any) -> float | None:
+    """A duration (seconds or a ``timedelta``) as seconds for the frame; the parent checks it."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    raise errors.InvalidOptionError(f"a duration must be seconds or a timedelta, got {value!r}")
+
+
+def _signal_outcome(job: JobRecord, name: str, outcome: list[Any]) -> Any:
+    """What the parent's wait_for_signal did (corral._child_calls), raised or returned here."""
+    kind, value = outcome
+    if kind == "timeout":
+        raise errors.SignalTimeout(name, int(value), job_id=job.id)
+    if kind == "parked":
+        job.delay = int(value)
+        raise errors.DelayedError(f"job {job.id} waits for signal {name!r} (parked in delayed)")
+    return value
+
+
 # --- the job objects ------------------------------------------------------------------
 
 
@@ -245,6 +268,34 @@ class ChildJob(JobRecord):
         self._call("update_data", [data])
         self.data = data
 
+    def stream(
+        self, chunk: Any, *, max_len: int = DEFAULT_STREAM_MAX_LEN, ttl: float = DEFAULT_STREAM_TTL
+    ) -> str:
+        """Append ``chunk`` to the job's stream of partial results (see ``Job.stream``)."""
+        return str(self._call("stream", [chunk, max_len, _seconds(ttl)]))
+
+    def wait_for_signal(self, name: str, *, timeout: float | None = None) -> Any:
+        """The payload of the job's signal ``name``, or park the job until it comes (see
+        ``Job.wait_for_signal``)."""
+        return _signal_outcome(self, name, self._call("wait_for_signal", [name, _seconds(timeout)]))
+
+    def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` once for this job and return its result, recorded (see ``Job.step``)."""
+        found, value = self._call("step_recorded", [name])
+        if found:
+            return value
+        result = fn()
+        if inspect.iscoroutine(result):
+            result.close()
+            raise errors.InvalidOptionError(
+                f"step {name!r}: fn is async; a plain function's job runs plain functions"
+            )
+        return self._call("step", [name, result])
+
+    def get_steps(self) -> dict[str, Any]:
+        """The job's recorded steps: name -> result."""
+        return dict(self._call("get_steps", []))
+
 
 class AsyncChildJob(JobRecord):
     """:class:`ChildJob` for an async processor: the same methods, as coroutines."""
@@ -277,6 +328,33 @@ class AsyncChildJob(JobRecord):
         """Replace the job's data (see ``AsyncJob.update_data``)."""
         await self._call("update_data", [data])
         self.data = data
+
+    async def stream(
+        self, chunk: Any, *, max_len: int = DEFAULT_STREAM_MAX_LEN, ttl: float = DEFAULT_STREAM_TTL
+    ) -> str:
+        """Append ``chunk`` to the job's stream of partial results (see ``AsyncJob.stream``)."""
+        return str(await self._call("stream", [chunk, max_len, _seconds(ttl)]))
+
+    async def wait_for_signal(self, name: str, *, timeout: float | None = None) -> Any:
+        """The payload of the job's signal ``name``, or park the job until it comes (see
+        ``AsyncJob.wait_for_signal``)."""
+        outcome = await self._call("wait_for_signal", [name, _seconds(timeout)])
+        return _signal_outcome(self, name, outcome)
+
+    async def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` once for this job and return its result, recorded (see
+        ``AsyncJob.step``)."""
+        found, value = await self._call("step_recorded", [name])
+        if found:
+            return value
+        result = fn()
+        if inspect.isawaitable(result):
+            result = await result
+        return await self._call("step", [name, result])
+
+    async def get_steps(self) -> dict[str, Any]:
+        """The job's recorded steps: name -> result."""
+        return dict(await self._call("get_steps", []))
 
 
 def _make_job(cls: type[JobRecord], msg: list[Any]) -> JobRecord:

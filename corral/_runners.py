@@ -37,7 +37,8 @@ from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._threads import DaemonThreadPool
 from corral.errors import (
-    InvalidOptionError,
+    ChildJobError,
+    DelayedError,
     JobTimeoutError,
     JobTimeoutWarning,
     ProcessorImportError,
@@ -358,18 +359,12 @@ class ProcessRunner:
         await self._pool.close()
 
     async def run(self, job: AsyncJob, fields: dict[str, str], control: Control) -> Any:
-        from corral._processes import ChildJobSpec  # only workers with processes= need it
+        from corral._child_calls import ChildCalls  # only workers with processes= need them
+        from corral._processes import ChildJobSpec
 
         job._on_progress = self._on_progress
 
-        async def calls(method: str, args: list[Any]) -> Any:
-            if method == "update_progress":
-                return await job.update_progress(args[0])
-            if method == "log":
-                return await job.log(args[0])
-            if method == "update_data":
-                return await job.update_data(args[0])
-            raise InvalidOptionError(f"a child process asked for an unknown job method {method!r}")
+        calls = ChildCalls(job)
 
         spec = ChildJobSpec(
             job.queue_name, job.id, fields, job.token, job.deadline, job.soft_deadline
@@ -390,6 +385,10 @@ class ProcessRunner:
         control.attach(warn, stop)
         try:
             return await run.result()
+        except ChildJobError as exc:
+            if calls.parked and exc.type_name == "corral.errors.DelayedError":
+                raise DelayedError(str(exc)) from None  # parked by wait_for_signal
+            raise
         except ProcessorImportError as exc:
             # No child ran it: the job goes back to wait for a worker that can run it.
             control.cut = True

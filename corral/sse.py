@@ -32,7 +32,8 @@ from corral.stream_items import StreamEnd, StreamItem
 if TYPE_CHECKING:
     from corral._async.queue import AsyncQueue
 
-#: The ``retry:`` hint sent first: how long a browser waits before it reconnects, in ms.
+#: The ``retry:`` hint sent first by default: how long a browser waits before it reconnects,
+#: in ms.
 RETRY_MS = 2000
 #: Default seconds between ``: ping`` comments while no chunk comes: proxies and load
 #: balancers close connections that stay silent (often after 30 to 60 s).
@@ -60,8 +61,10 @@ class _JobEventStream(StreamingResponse):
         from_id: str,
         request: Request | None,
         heartbeat: float,
+        retry_ms: int,
     ) -> None:
         self._queue, self._job_id = queue, job_id
+        self._retry_ms = retry_ms
         self._items = queue.read_stream(job_id, from_id)
         self._request = request
         self._heartbeat = heartbeat
@@ -101,7 +104,7 @@ class _JobEventStream(StreamingResponse):
         return pending.result()
 
     async def _body(self) -> AsyncIterator[bytes]:
-        yield f"retry: {RETRY_MS}\n\n".encode()
+        yield f"retry: {self._retry_ms}\n\n".encode()
         while True:
             try:
                 item = await self._take()
@@ -144,6 +147,7 @@ def job_events(
     *,
     from_id: str = "0",
     heartbeat: float = DEFAULT_HEARTBEAT,
+    retry_ms: int = RETRY_MS,
 ) -> Response:
     """A ``text/event-stream`` response of the job's chunks, then how it ended.
 
@@ -162,6 +166,8 @@ def job_events(
         from_id: where to start when the request carries no ``Last-Event-ID`` (``"0"``: the
             first chunk).
         heartbeat: seconds between pings.
+        retry_ms: the ``retry:`` hint: how long a browser waits before it reconnects after a
+            drop, in ms (0 to 3,600,000; 2000 by default).
 
     Returns:
         The streaming response; a plain 404 when the job does not exist, a 400 when
@@ -179,6 +185,14 @@ def job_events(
         or not (0 < heartbeat <= 3600)
     ):
         raise InvalidOptionError(f"heartbeat must be seconds from 0 to 3600, got {heartbeat!r}")
+    if (
+        isinstance(retry_ms, bool)
+        or not isinstance(retry_ms, int)
+        or not 0 <= retry_ms <= 3_600_000
+    ):
+        raise InvalidOptionError(
+            f"retry_ms must be an int of ms from 0 to 3600000, got {retry_ms!r}"
+        )
     start = _check_from_id(from_id)
     if request is not None:
         resume: Any = request.headers.get("last-event-id")
@@ -188,4 +202,4 @@ def job_events(
             except InvalidOptionError as exc:
                 message = str(exc).replace("from_id", "Last-Event-ID", 1)
                 return PlainTextResponse(message, status_code=400)
-    return _JobEventStream(queue, job_id, start, request, float(heartbeat))
+    return _JobEventStream(queue, job_id, start, request, float(heartbeat), retry_ms)

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from corral import AsyncJob, AsyncQueue, Worker
+from corral import AsyncJob, AsyncQueue, InvalidOptionError, Worker
 from corral.sse import job_events
 from tests.test_queue_events_live import blocked_in_xread
 
@@ -38,11 +38,12 @@ async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
 
 
 @asynccontextmanager
-async def serving(queue: AsyncQueue, heartbeat: float = 15.0) -> AsyncIterator[str]:
+async def serving(queue: AsyncQueue, heartbeat: float = 15.0, **options: Any) -> AsyncIterator[str]:
     """A uvicorn server on a free port with the job's events at ``/jobs/<id>/events``."""
 
     async def events(request: Request) -> Response:
-        return job_events(queue, request.path_params["job_id"], request, heartbeat=heartbeat)
+        job_id = request.path_params["job_id"]
+        return job_events(queue, job_id, request, heartbeat=heartbeat, **options)
 
     app = Starlette(routes=[Route("/jobs/{job_id}/events", events)])
     sock = socket.socket()
@@ -177,13 +178,31 @@ async def test_a_dropped_client_resumes_with_last_event_id_and_gets_the_rest_onc
 async def test_heartbeats_while_nothing_comes(queue: AsyncQueue) -> None:
     job = await queue.add("gen", {})  # no worker: it waits
     async with (
-        serving(queue, heartbeat=0.05) as base,
+        serving(queue, heartbeat=0.05, retry_ms=250) as base,
         httpx.AsyncClient(timeout=30) as http,
         http.stream("GET", f"{base}/jobs/{job.id}/events") as resp,
     ):
         events = Events(resp)
         for _ in range(3):
             assert (await events.next())[0] == "ping"
+        assert events.retry == 250  # the reconnect hint asked for
+
+
+@pytest.mark.parametrize(
+    "options, problem",
+    [
+        ({"retry_ms": -1}, "retry_ms"),
+        ({"retry_ms": 1.5}, "retry_ms"),
+        ({"retry_ms": True}, "retry_ms"),
+        ({"retry_ms": 3_600_001}, "retry_ms"),
+        ({"heartbeat": 0}, "heartbeat"),
+    ],
+)
+async def test_bad_options_are_refused_by_name(
+    queue: AsyncQueue, options: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(InvalidOptionError, match=problem):
+        job_events(queue, "1", **options)
 
 
 async def test_missing_jobs_and_bad_ids_are_plain_errors(queue: AsyncQueue) -> None:

@@ -1,4 +1,4 @@
-"""An agent job behind a web app (docs/agents.md): an endpoint enqueues an LLM-style job whose
+"""An agent job behind a FastAPI app (docs/agents.md): an endpoint enqueues an LLM-style job whose
 fake model streams tokens to the browser over SSE, the job waits for an approval sent by
 another endpoint without holding its worker, and a flaky tool call is retried with backoff.
 
@@ -14,10 +14,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from fastapi import FastAPI, Request, Response
+from pydantic import BaseModel
 
 from corral import AsyncJob, AsyncQueue, Worker
 from corral.sse import job_events
@@ -62,38 +60,42 @@ async def agent(job: AsyncJob) -> dict[str, Any]:
     return {"published": True, "by": approval["by"], **sent}
 
 
-async def start(request: Request) -> Response:
-    body = await request.json()
-    job = await queue.add(
-        "reply", {"prompt": body["prompt"]}, attempts=3, backoff={"type": "fixed", "delay": 0.05}
-    )
-    return JSONResponse({"job": job.id}, status_code=201)
-
-
-async def events(request: Request) -> Response:
-    return job_events(queue, request.path_params["job_id"], request)
-
-
-async def approve(request: Request) -> Response:
-    body = await request.json()
-    outcome = await queue.signal(request.path_params["job_id"], "approval", body)
-    return JSONResponse({"outcome": outcome})
-
-
 @asynccontextmanager
-async def lifespan(app: Starlette) -> AsyncIterator[None]:
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     await queue.close()
 
 
-app = Starlette(
-    routes=[
-        Route("/replies", start, methods=["POST"]),
-        Route("/replies/{job_id}/events", events),
-        Route("/replies/{job_id}/approval", approve, methods=["POST"]),
-    ],
-    lifespan=lifespan,
-)
+app = FastAPI(lifespan=lifespan)
+
+
+class ReplyRequest(BaseModel):
+    prompt: str
+
+
+class Approval(BaseModel):
+    ok: bool
+    by: str | None = None
+    reason: str | None = None
+
+
+@app.post("/replies", status_code=201)
+async def start(body: ReplyRequest) -> dict[str, str]:
+    job = await queue.add(
+        "reply", {"prompt": body.prompt}, attempts=3, backoff={"type": "fixed", "delay": 0.05}
+    )
+    return {"job": job.id}
+
+
+@app.get("/replies/{job_id}/events")
+async def events(job_id: str, request: Request) -> Response:
+    return job_events(queue, job_id, request)
+
+
+@app.post("/replies/{job_id}/approval")
+async def approve(job_id: str, body: Approval) -> dict[str, str]:
+    outcome = await queue.signal(job_id, "approval", body.model_dump(exclude_none=True))
+    return {"outcome": outcome}
 
 
 def sse_events(text: str) -> list[tuple[str, Any]]:
