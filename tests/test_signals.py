@@ -423,6 +423,36 @@ async def test_signals_and_steps_are_removed_with_the_job(
     assert r.exists(f"bull:q:{job.id}:x-signals", f"bull:q:{job.id}:x-steps") == 0
 
 
+async def test_signals_and_steps_go_with_retention_clean_and_obliterate(
+    queue: AsyncQueue, r: redis.Redis, redis_url: str
+) -> None:
+    async def process(job: AsyncJob) -> Any:
+        await job.step("draft", lambda: "d")
+        return await job.wait_for_signal("approval", timeout=60)
+
+    def keys(job_id: str) -> int:
+        return int(r.exists(f"bull:q:{job_id}:x-signals", f"bull:q:{job_id}:x-steps"))
+
+    kept = await queue.add("agent", remove_on_complete=False)
+    gone = await queue.add("agent", remove_on_complete=True)
+    worker = Running(Worker("q", process, connection=redis_url))
+    try:
+        for job in (kept, gone):
+            await until(parked(r, job.id), "parked")
+            await queue.signal(job.id, "approval", "ok")
+            assert await job.wait_until_finished(timeout=15) == "ok"
+    finally:
+        await worker.stop()
+    assert (keys(kept.id), keys(gone.id)) == (2, 0)  # removeOnComplete took them with the job
+    assert await queue.clean(0, 10, "completed") == [kept.id]
+    assert keys(kept.id) == 0
+    left = await queue.add("agent")
+    await queue.signal(left.id, "approval", "early")
+    await left.step("draft", lambda: "d")
+    await queue.obliterate()
+    assert keys(left.id) == 0 and r.keys("bull:q:*") == []
+
+
 async def test_the_lock_guard_refuses_to_park_a_job_held_by_another_token(
     queue: AsyncQueue, r: redis.Redis, redis_url: str
 ) -> None:
