@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import enum
 import math
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -165,3 +169,36 @@ def test_unknown_state_is_refused(queue: Queue) -> None:
     with pytest.raises(InvalidOptionError, match="unknown job state 'finished'; known: active"):
         queue.get_job_counts("finished")
     assert queue.get_job_counts("wait", "paused") == {"wait": 1, "paused": 0}
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+def test_a_few_python_types_are_written_as_the_json_they_stand_for(queue: Queue) -> None:
+    # docs/jobs.md "Bad input": these are converted (orjson's forms), and the processor gets
+    # the JSON back, not the Python object.
+    when = datetime.datetime(2026, 12, 2, 9, 30, tzinfo=datetime.timezone.utc)
+    ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    data = {
+        "at": when,
+        "day": when.date(),
+        "id": ident,
+        "colour": Colour.RED,
+        "point": Point(1, 2),
+    }
+    job = queue.add("typed", data)
+    stored = queue.get_job(job.id)
+    assert stored is not None and stored.data == {
+        "at": "2026-12-02T09:30:00+00:00",
+        "day": "2026-12-02",
+        "id": "12345678-1234-5678-1234-567812345678",
+        "colour": "red",
+        "point": {"x": 1, "y": 2},
+    }
