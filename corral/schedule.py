@@ -96,8 +96,15 @@ def check_cron(pattern: str) -> str:
         raise InvalidOptionError(
             f"invalid cron pattern {pattern!r}: expected 5 fields, or 6 with seconds first"
         )
-    if len(pattern) > MAX_CRON_LENGTH or not croniter.is_valid(pattern, second_at_beginning=True):
-        raise InvalidOptionError(f"invalid cron pattern {pattern!r}")
+    if len(pattern) > MAX_CRON_LENGTH:
+        raise InvalidOptionError(
+            f"invalid cron pattern {pattern[:40]!r}...: longer than {MAX_CRON_LENGTH} characters"
+        )
+    if not croniter.is_valid(pattern, second_at_beginning=True):
+        reason = _out_of_range(fields)
+        raise InvalidOptionError(
+            f"invalid cron pattern {pattern!r}" + (f": {reason}" if reason else "")
+        )
     try:
         # A pattern can be well formed and still name no date ("0 0 30 2 *"): croniter finds
         # that out only when it looks for the next tick, which a worker would do later.
@@ -105,6 +112,31 @@ def check_cron(pattern: str) -> str:
     except CroniterError:
         raise InvalidOptionError(f"cron pattern {pattern!r} never fires (no such date)") from None
     return pattern
+
+
+#: The fields of a 5-field pattern (a 6-field one has seconds first), with their ranges.
+_CRON_FIELDS = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day of month", 1, 31),
+    ("month", 1, 12),
+    ("day of week", 0, 7),
+)
+
+
+def _out_of_range(fields: list[str]) -> str | None:
+    """Why croniter refused the pattern, when it is a number outside its field's range: the
+    first such number, as "minute 61 is out of range 0-59"; else ``None``."""
+    named = (("second", 0, 59), *_CRON_FIELDS) if len(fields) == 6 else _CRON_FIELDS
+    if len(fields) != len(named):
+        return None
+    for text, (name, low, high) in zip(fields, named, strict=True):
+        for part in text.split(","):
+            values = part.split("/", 1)[0]
+            for value in values.split("-"):
+                if value.isdigit() and not low <= int(value) <= high:
+                    return f"{name} {value} is out of range {low}-{high}"
+    return None
 
 
 def cron_next(pattern: str, tz: str | None, after_ms: int) -> int:
