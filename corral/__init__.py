@@ -16,6 +16,13 @@ from corral._async.queue_events import AsyncQueueEvents
 from corral._async.sharded_queue import AsyncShardedQueue
 from corral._burst import RunSummary
 from corral._child_job import AsyncChildJob, ChildJob
+from corral._provenance import (
+    Provenance,
+    ProvenanceHop,
+    current_provenance,
+    provenance,
+    set_provenance_key,
+)
 from corral._sync.dead_letter_queue import DeadLetterQueue
 from corral._sync.flow import FlowProducer
 from corral._sync.job import Job
@@ -23,13 +30,17 @@ from corral._sync.queue import Queue
 from corral._sync.queue_events import QueueEvents
 from corral._sync.sharded_queue import ShardedQueue
 from corral._version import __version__
+from corral.breaker import Breaker, BreakerState
+from corral.deadline import deadline
 from corral.errors import (
+    BreakerOpen,
     BulkAddError,
     ChildJobError,
     ChildProcessDied,
     ConfigurationError,
     CorralError,
     CrossSlotError,
+    DeadlineExceeded,
     DelayedError,
     FlowAddError,
     InvalidOptionError,
@@ -72,6 +83,9 @@ __all__ = [
     "AsyncQueue",
     "AsyncQueueEvents",
     "AsyncShardedQueue",
+    "Breaker",
+    "BreakerOpen",
+    "BreakerState",
     "BulkAddError",
     "ChildJob",
     "ChildJobError",
@@ -80,6 +94,7 @@ __all__ = [
     "CorralError",
     "CrossSlotError",
     "DeadLetterQueue",
+    "DeadlineExceeded",
     "DelayedError",
     "FlowAddError",
     "FlowJob",
@@ -107,6 +122,8 @@ __all__ = [
     "NotDurableError",
     "ParentNotFoundError",
     "ProcessorImportError",
+    "Provenance",
+    "ProvenanceHop",
     "Queue",
     "QueueBusyError",
     "QueueEvents",
@@ -124,4 +141,8 @@ __all__ = [
     "WaitingError",
     "Worker",
     "__version__",
+    "current_provenance",
+    "deadline",
+    "provenance",
+    "set_provenance_key",
 ]

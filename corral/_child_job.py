@@ -23,6 +23,7 @@ import orjson
 
 from corral import _codec, errors
 from corral._async.job_stream import DEFAULT_STREAM_MAX_LEN, DEFAULT_STREAM_TTL
+from corral._provenance import attach as attach_provenance
 from corral.errors import JobTimeoutWarning, UnrecoverableError, failure_reason, storable_text
 from corral.job import JobRecord
 
@@ -362,6 +363,9 @@ def _make_job(cls: type[JobRecord], msg: list[Any]) -> JobRecord:
     job = cls.from_hash(queue_name, job_id, fields, token=token)
     job.deadline = deadline
     job.soft_deadline = soft_deadline
+    # The provenance scope of what the processor adds, left set until the next job's: a sync
+    # processor runs in this context, an async one in a task that copies it.
+    attach_provenance(job)
     return job
 
 

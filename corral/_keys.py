@@ -52,6 +52,18 @@ STEPS_SUFFIX = "x-steps"
 #: corral's other additions, so that it can never meet a key BullMQ hangs off a job.
 JOB_STREAM_SUFFIX = "x-stream"
 
+#: The middle of a circuit breaker's key, ``<prefix>:x-breaker:<name>`` (:func:`breaker_key`).
+BREAKER_SUFFIX = "x-breaker"
+
+
+def breaker_key(prefix: str, name: str) -> str:
+    """The hash of circuit breaker ``name`` (``_lua/include/breaker.lua`` lists its fields).
+
+    A breaker belongs to no queue: the jobs of every queue of the prefix share it. On Redis
+    Cluster the prefix's hash tag (``{bull}``) puts it in the slot of those queues' keys.
+    """
+    return f"{prefix}:{BREAKER_SUFFIX}:{name}"
+
 
 def hash_tag(name: str) -> str | None:
     """The hash tag of a key that starts with ``name`` (the text between the first ``{`` and

@@ -42,8 +42,10 @@ from corral._finisher import Finisher
 from corral._runners import Control, Runner
 from corral._supervisor import Outage
 from corral._telemetry import AttemptSpan, Hooks
+from corral.breaker import JobBreakers, job_breakers
 from corral.clock import monotonic
 from corral.errors import (
+    BreakerOpen,
     ConfigurationError,
     DelayedError,
     JobCancelledError,
@@ -112,6 +114,7 @@ class Lease:
         "_ctx",
         "_cut",
         "_fields",
+        "_gate",
         "_task",
         "_waiting_logged",
         "job",
@@ -139,6 +142,7 @@ class Lease:
         #: A cancel request that came before the processor started.
         self._cancelled: JobCancelledError | None = None
         self._attempt: AttemptSpan | None = None  # the attempt's span, with telemetry on
+        self._gate: JobBreakers | None = None  # the circuit breakers the job names
         reason = fetched.fields.get("x-cancel")
         if reason is not None:  # cancelled while it was active elsewhere, or before a retry
             self._cancelled = cancelled_error(reason)
@@ -264,6 +268,7 @@ class Lease:
             await ctx.emit("active", job)
             if job.repeat_job_key:  # a scheduler's iteration: create the next one now
                 await self._retrying("schedule", lambda: schedule_next_iteration(job.queue, job))
+            self._gate = await self._retrying("breakers", lambda: job_breakers(job, self.token))
             self._arm(job)
             try:
                 result = await ctx.runner.run(job, self._fields, control)
@@ -291,6 +296,9 @@ class Lease:
                     "cancelled); the worker did not cancel it"
                 )
                 values = await self._failed(job, error)
+        except BreakerOpen as exc:  # a downstream is down: the job waits for it, unburned
+            await self._put_back(job, until_ms=exc.retry_at_ms)
+            return None
         except (DelayedError, WaitingError, WaitingChildrenError) as exc:
             return await self._moved_by_processor(job, exc)
         except RateLimitError:
@@ -374,6 +382,8 @@ class Lease:
         self.state = LeaseState.FINISHING
         want = ctx.want_next()
         sends = 0
+        if self._gate is not None:  # the job's outcome is its breakers' (a cancel: nobody's)
+            await self._gate.settle(completed, self._cancelled or self._control.error)
 
         async def send() -> tuple[int, _scripts.Fetched | None]:
             nonlocal sends
@@ -437,18 +447,24 @@ class Lease:
             exc_info=server_error_kind(exc) == "other",
         )
 
-    async def _put_back(self, job: AsyncJob, *, quiet: bool = False) -> None:
-        """Return the job to wait unfinished (close cut it short, or a rate limit)."""
+    async def _put_back(self, job: AsyncJob, *, quiet: bool = False, until_ms: int = 0) -> None:
+        """Return the job to wait unfinished (close cut it short, or a rate limit), or to
+        delayed until ``until_ms`` (a circuit breaker is open): its attempt does not count."""
         self.state = LeaseState.FINISHING
+        if self._gate is not None:
+            await self._gate.settle(None)
         try:
-            await self._retrying("put back", lambda: job.move_to_wait(self.token))
+            if until_ms:
+                await self._retrying("delay", lambda: job.move_to_delayed(until_ms, self.token))
+            else:
+                await self._retrying("put back", lambda: job.move_to_wait(self.token))
         except JobError as exc:
             logger.warning("worker %s: job %s not put back: %s", job.queue_name, job.id, exc)
             await self._ctx.emit("lock_lost", job.id)
         except Exception as exc:
             self._not_finished(exc)
         else:
-            if not quiet:
+            if not quiet and not until_ms:
                 logger.info("worker %s: job %s cut short, back in wait", job.queue_name, job.id)
         return None
 

@@ -31,6 +31,20 @@ class Member(Protocol):
     def freed(self) -> asyncio.Event: ...
 
 
+class Pool(Protocol):
+    """What a worker's slots ask of the slots they share with the other inner workers of one
+    worker: a :class:`Rotation` (shards), or a lane's view of a
+    :class:`~corral._lane_policy.LanePolicy` (lanes)."""
+
+    def room(self, member: Member) -> int: ...
+    def reserve(self, count: int) -> None: ...
+    def unreserve(self, count: int, got: int = 0) -> None: ...
+    def may_keep(self, member: Member) -> bool: ...
+    def may_start(self) -> bool: ...
+    def wake(self) -> None: ...
+    def leave(self, member: Member) -> None: ...
+
+
 class Rotation:
     """Slots shared by the shards of one worker.
 
@@ -85,8 +99,9 @@ class Rotation:
         """A fetch of ``count`` jobs goes out: their slots are taken until it answers."""
         self._reserved += count
 
-    def unreserve(self, count: int) -> None:
-        """The fetch answered (its jobs are leases now); slots it did not fill are passed on."""
+    def unreserve(self, count: int, got: int = 0) -> None:
+        """The fetch answered with ``got`` jobs (leases now); slots it did not fill are passed
+        on (a shard's share does not depend on how many it got)."""
         self._reserved -= count
         self.wake()
 

@@ -33,6 +33,9 @@ from redis.asyncio import Redis
 
 from corral import _twins
 from corral._async.job import AsyncJob
+from corral._provenance import attach as attach_provenance
+from corral._provenance import check as check_provenance
+from corral._provenance import detach as detach_provenance
 from corral._sync.job import Job
 from corral._sync.queue import Queue
 from corral._threads import DaemonThreadPool
@@ -231,11 +234,13 @@ class AsyncRunner:
             cancel()
 
         job._on_progress = self._on_progress
+        scope = attach_provenance(job)  # raises (the job fails for good) when refused
         control.attach(warn, cancel)
         try:
             return await self._processor(job)
         finally:
             control.detach()
+            detach_provenance(scope)
 
 
 def _raise_in_thread(ident: int, exc_type: type[BaseException] | None) -> None:
@@ -324,8 +329,10 @@ class ThreadRunner:
         control.attach(warn, functools.partial(call.raise_in, Stop))
         loop = asyncio.get_running_loop()
         # The thread runs in a copy of the lease's context, as asyncio.to_thread does: what
-        # the processor reads from contextvars (the attempt's span) is what the lease set.
+        # the processor reads from contextvars (the attempt's span) is what the lease set;
+        # and the job's provenance scope, set in the copy only.
         context = contextvars.copy_context()
+        context.run(attach_provenance, sync_job)  # raises (the job fails for good) if refused
         try:
             return await loop.run_in_executor(
                 self._pool, context.run, call, self._processor, sync_job
@@ -363,6 +370,9 @@ class ProcessRunner:
         from corral._processes import ChildJobSpec
 
         job._on_progress = self._on_progress
+        # Checked here, where the worker's key is; the child sets the scope from the job's
+        # fields itself (corral._child_job).
+        check_provenance(job)
 
         calls = ChildCalls(job)
 

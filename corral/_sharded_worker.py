@@ -22,18 +22,17 @@ from corral import options
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue
 from corral._async.sharded_getters import check_shard_count
-from corral._burst import RunLimits, RunSummary, StopReason
 from corral._keys import DEFAULT_PREFIX
-from corral._listeners import Callback
 from corral._rotation import Rotation
 from corral._shards import check_shard_count_of, check_sharding, check_shards, shard_names
+from corral._worker_group import WorkerGroup
 from corral.errors import ConfigurationError, InvalidOptionError
 from corral.worker import Processor, Worker
 
 logger = logging.getLogger("corral.worker")
 
 
-class ShardedWorker(Worker):
+class ShardedWorker(WorkerGroup):
     """What ``Worker(queue_name, processor, shards=N)`` makes for ``N > 1`` (see ``Worker``).
 
     ``limiter`` and ``processes`` are refused: a rate limit counts per shard (set one on each
@@ -120,64 +119,9 @@ class ShardedWorker(Worker):
             worker.concurrency = value  # sizes its thread pool: it may run them all
         self._rotation.concurrency = value
 
-    def on(self, event: str, callback: Callback | None = None) -> Any:
-        """Call ``callback`` on ``event`` in any shard (see ``Worker.on``)."""
-
-        def register(fn: Callback) -> Callback:
-            for worker in self.workers:
-                worker.on(event, fn)
-            return fn
-
-        return register if callback is None else register(callback)
-
-    @property
-    def keys_marker(self) -> str:
-        raise InvalidOptionError("a sharded worker has a marker per shard: see .workers")
-
-    async def _run(self, limits: RunLimits) -> RunSummary:
-        """Run every shard's worker on the shared bounds until all have stopped; the first
-        failure stops the others (gracefully) and is raised."""
+    def _before_run(self) -> None:
         if self._first_error is not None:  # checked again: the queue may have been remade
             self._first, self._first_error = asyncio.Event(), None
-        tasks = {asyncio.ensure_future(w._run(limits)): w for w in self.workers}
-        pending = set(tasks)
-        reasons: list[StopReason] = []
-        failure: BaseException | None = None
-        try:
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    if task.cancelled() or task.exception() is not None:
-                        if failure is None:
-                            failure = task.exception() or asyncio.CancelledError()
-                            for worker in self.workers:
-                                worker._close_soon()
-                        continue
-                    reason = task.result().stopped
-                    reasons.append(reason)
-                    if reason == "max_jobs":  # the budget is shared: every shard is done
-                        for worker in self.workers:
-                            worker._slots.end_run("max_jobs")
-        finally:
-            if pending:  # cancelled from outside: let every shard settle
-                for worker in self.workers:
-                    worker._exit_now()
-                await asyncio.gather(*pending, return_exceptions=True)
-        if failure is not None:
-            raise failure
-        return limits.summary(_stop_reason(reasons))
-
-    def _signalled(self, count: int) -> None:
-        for worker in self.workers:
-            worker._signalled(count)
-
-    async def close(self, *, grace: float | None = None) -> None:
-        """Close every shard's worker (see ``Worker.close``)."""
-        await asyncio.gather(*(worker.close(grace=grace) for worker in self.workers))
-
-    def _exit_now(self) -> None:
-        for worker in self.workers:
-            worker._exit_now()
 
     async def get_next_job(self) -> AsyncJob | None:
         """Take one job from the shards, asked in turn; ``None`` when none has one ready."""
@@ -189,13 +133,3 @@ class ShardedWorker(Worker):
                 self._turn = index + 1
                 return job
         return None
-
-
-def _stop_reason(reasons: list[StopReason]) -> StopReason:
-    """Why a sharded run ended: a bound that one shard reached, ``drained`` when every shard
-    was, else ``closed``."""
-    bounds: tuple[StopReason, ...] = ("max_jobs", "max_time")
-    for bound in bounds:
-        if bound in reasons:
-            return bound
-    return "drained" if reasons and all(r == "drained" for r in reasons) else "closed"

@@ -30,7 +30,7 @@ from corral._async.queue import AsyncQueue
 from corral._burst import RunLimits, StopReason
 from corral._fetch_tokens import FetchTokens
 from corral._lease import Lease, LeaseContext
-from corral._rotation import Rotation
+from corral._rotation import Pool
 from corral._supervisor import Outage
 from corral.clock import now_ms
 from corral.worker_options import WorkerOptions
@@ -74,8 +74,8 @@ class Slots:
         self._blocking: Redis | None = None
         self._ctx: LeaseContext | None = None
         self._block_task: asyncio.Task[Any] | None = None
-        #: The slots shared with the other shards of a sharded worker (``None``: its own).
-        self.rotation: Rotation | None = None
+        #: The slots shared with the other shards or lanes of the worker (``None``: its own).
+        self.rotation: Pool | None = None
 
     # -- asked by the worker -------------------------------------------------------------
 
@@ -165,10 +165,13 @@ class Slots:
         if rotation is None:
             return await self.move_to_active(self._queue, count)
         rotation.reserve(count)
+        got = 0
         try:
-            return await self.move_to_active(self._queue, count)
+            fetched, wake = await self.move_to_active(self._queue, count)
+            got = len(fetched)
+            return fetched, wake
         finally:
-            rotation.unreserve(count)
+            rotation.unreserve(count, got)
 
     async def _idle(self, wake: int) -> float:
         """Nothing was fetched: say so once (``drained``), end a burst, or wait for work."""

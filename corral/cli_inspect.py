@@ -8,6 +8,7 @@ runtime failure (unreachable server, auth, no such queue or job), 2 for a usage 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from rich.text import Text
 from corral import _rates, clock
 from corral._cli_errors import CommandFailure, OneLineCommand, cli_errors, no_such_queue
 from corral._cli_options import json_option, prefix_option, url_option
+from corral._provenance import Provenance, ProvenanceHop
 from corral._rates import RATE_KINDS
 from corral._sync._redis import LazyClient
 from corral._sync.job import Job
@@ -236,6 +238,7 @@ def stats_command(queues: tuple[str, ...], prefix: str, url: str | None, as_json
 
 def job_document(job: Job, state: str) -> dict[str, Any]:
     """Everything the job hash holds, for ``--json`` (times are ms since the epoch)."""
+    provenance = job.provenance
     return {
         "id": job.id,
         "name": job.name,
@@ -259,6 +262,7 @@ def job_document(job: Job, state: str) -> dict[str, Any]:
         "processed_by": job.processed_by,
         "parent_key": job.parent_key,
         "repeat_job_key": job.repeat_job_key,
+        "provenance": None if provenance is None else dataclasses.asdict(provenance),
     }
 
 
@@ -400,6 +404,12 @@ def _times(doc: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _provenance_text(doc: dict[str, Any]) -> str:
+    fields = dict(doc["provenance"])
+    fields["chain"] = tuple(ProvenanceHop(**hop) for hop in fields["chain"])
+    return Provenance(**fields).summary()
+
+
 def _print_job(doc: dict[str, Any]) -> None:
     console = _console()
     grid = Table.grid(padding=(0, 2))
@@ -415,6 +425,7 @@ def _print_job(doc: dict[str, Any]) -> None:
         ("processed by", doc["processed_by"]),
         ("parent", doc["parent_key"]),
         ("scheduler", doc["repeat_job_key"]),
+        ("provenance", None if doc["provenance"] is None else _provenance_text(doc)),
         ("data", json.dumps(doc["data"], default=str)),
         ("options", json.dumps(doc["opts"], default=str)),
     ]

@@ -71,6 +71,8 @@ WORKER_OPTION_NAMES = {
     "shards": "--shards",
     "prefix": "--prefix",
     "queue_name": "--queue",
+    "borrow=True": "--borrow",
+    "spare": "--spare",
 }
 
 #: The CLI's worker has no retry_on / no_retry_on / custom backoff: the default policy is
@@ -209,10 +211,11 @@ def server_description(url: str | None) -> str:
 def banner_fields(
     worker: Any, url: str | None, processes: int | None, shards: int, name: str | None
 ) -> dict[str, Any]:
+    lanes = getattr(worker, "lanes", None)
     return {
         "event": "started",
         "server": server_description(url),
-        "queue": worker.queue_name,
+        "queue": ",".join(f"{q}:{n}" for q, n in lanes.items()) if lanes else worker.queue_name,
         "concurrency": worker.concurrency,
         "processes": processes or 0,
         "prefix": worker.prefix,
@@ -220,6 +223,8 @@ def banner_fields(
         "pid": os.getpid(),
         "version": __version__,
         "shards": shards,
+        "borrow": bool(getattr(worker, "borrow", False)),
+        "spare": getattr(worker, "spare", 0),
     }
 
 
@@ -230,10 +235,33 @@ def banner_text(fields: Mapping[str, Any]) -> str:
         for key in shown
         if fields[key] is not None and not (key == "shards" and fields[key] == 1)
     ]
+    if fields.get("borrow"):
+        parts.append(f"borrow=True spare={fields.get('spare', 0)}")
     return f"corral worker {fields['version']}: " + " ".join(parts)
 
 
 # -- the command -------------------------------------------------------------------------------
+
+
+def parse_queues(values: tuple[str, ...], borrow: bool) -> str | dict[str, int]:
+    """The ``--queue`` options: one queue name, or lanes ``NAME:SLOTS`` (each given once)."""
+    if not any(":" in value for value in values):
+        if len(values) > 1:
+            raise UsageFailure("several --queue need their slots: --queue NAME:SLOTS for each lane")
+        if borrow:
+            raise UsageFailure("--borrow needs lanes: --queue NAME:SLOTS for each queue")
+        return values[0]
+    lanes: dict[str, int] = {}
+    for value in values:
+        name, _, slots = value.rpartition(":")
+        if not name or not slots.isdigit() or int(slots) < 1:
+            raise UsageFailure(
+                f"--queue {value!r}: give every lane as NAME:SLOTS (SLOTS a positive integer)"
+            )
+        if name in lanes:
+            raise UsageFailure(f"--queue {name!r} is given twice")
+        lanes[name] = int(slots)
+    return lanes
 
 
 def _import_processor(spec: str) -> None:
@@ -248,7 +276,24 @@ def _import_processor(spec: str) -> None:
 
 @click.command("worker", cls=OneLineCommand)
 @click.argument("processor")
-@click.option("--queue", "-q", "queue_name", required=True, help="Queue to work on.")
+@click.option(
+    "--queue",
+    "-q",
+    "queue_name",
+    required=True,
+    multiple=True,
+    help="Queue to work on; repeat as NAME:SLOTS to serve lanes (slots reserved per queue).",
+)
+@click.option(
+    "--borrow", is_flag=True, help="With lanes: an idle lane lends its free slots to the others."
+)
+@click.option(
+    "--spare",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="With --borrow: free slots an idle lane keeps unlent for its next jobs.",
+)
 @click.option(
     "--concurrency",
     "-c",
@@ -321,7 +366,9 @@ def _import_processor(spec: str) -> None:
 @cli_errors
 def worker_command(
     processor: str,
-    queue_name: str,
+    queue_name: tuple[str, ...],
+    borrow: bool,
+    spare: int,
     concurrency: int | None,
     name: str | None,
     url: str | None,
@@ -341,7 +388,8 @@ def worker_command(
     log_format: str,
 ) -> None:
     """Run PROCESSOR (module:function) on the jobs of a queue until SIGINT or SIGTERM (or,
-    with --burst, --max-jobs or --max-time, until the run is over).
+    with --burst, --max-jobs or --max-time, until the run is over). Lanes: --queue
+    interactive:8 --queue background:4 [--borrow] serves both queues, 8 and 4 slots each.
 
     Logs a line per job's start, end and failure on stderr; prints a banner and the run's
     summary on stdout. Exit status 0 (1 with --fail-on-job-failure when a job failed for
@@ -354,13 +402,19 @@ def worker_command(
         # Logging first: a processor module that calls logging.basicConfig() at import
         # then adds no second handler.
         _import_processor(processor)
+        queues = parse_queues(queue_name, borrow)
+        lanes: dict[str, Any] = {"borrow": borrow, "spare": spare}
+        if not isinstance(queues, dict):
+            if spare:
+                raise UsageFailure("--spare needs lanes (--queue NAME:SLOTS) and --borrow")
+            lanes = {}
         with cli_option_names(WORKER_OPTION_NAMES):
             # Checked before the banner: the run's bounds are refused only by run().
             RunLimits.build(
                 burst=burst, burst_wait=burst_wait, max_jobs=max_jobs, max_time=max_time
             )
             worker = Worker(
-                queue_name,
+                queues,
                 processor,
                 connection=url,
                 prefix=prefix,
@@ -372,6 +426,7 @@ def worker_command(
                 timeout=timeout,
                 soft_timeout=soft_timeout,
                 shards=shards,
+                **lanes,
             )
         JobLog(logging.getLogger(JOB_LOGGER)).attach(worker)
         fields = banner_fields(worker, url, processes, shards, name)

@@ -27,6 +27,8 @@
     ├── DelayedError              raised by job code after ``move_to_delayed``
     ├── WaitingError              raised by job code after ``move_to_wait``
     ├── WaitingChildrenError      raised by job code after ``move_to_waiting_children``
+    ├── BreakerOpen               a circuit breaker refused the call (.name, .retry_at_ms)
+    ├── DeadlineExceeded          (also TimeoutError) a ``corral.deadline`` block ran out
     ├── JobTimeoutError           an attempt ran past its ``timeout`` (retried per attempts)
     │   └── SignalTimeout         ``wait_for_signal``: no signal came before its ``timeout``
     ├── JobTimeoutWarning         raised in sync job code at its ``soft_timeout``
@@ -160,6 +162,31 @@ class WaitingError(CorralError):
 class WaitingChildrenError(CorralError):
     """Raise from a processor after ``job.move_to_waiting_children()`` returned ``True``: the
     worker leaves the job be, and it runs again once its children are done."""
+
+
+class BreakerOpen(CorralError):
+    """A circuit breaker (:class:`corral.Breaker`) refused the call: its downstream failed
+    too often lately. ``name`` is the breaker's, ``state`` ``"open"`` (its cooldown runs) or
+    ``"busy"`` (half-open, and another caller's probe runs), ``retry_at_ms`` when to try
+    again (epoch ms). A worker that sees it escape a processor delays the job until then,
+    and the attempt does not count."""
+
+    def __init__(self, name: str, *, state: str, retry_at_ms: int) -> None:
+        super().__init__(f"circuit breaker {name!r} is {state}: retry at {retry_at_ms} (epoch ms)")
+        self.name = name
+        self.state = state
+        self.retry_at_ms = retry_at_ms
+
+    def __reduce__(self) -> Any:
+        return _breaker_open, (self.name, self.state, self.retry_at_ms)
+
+
+def _breaker_open(name: str, state: str, retry_at_ms: int) -> BreakerOpen:
+    return BreakerOpen(name, state=state, retry_at_ms=retry_at_ms)
+
+
+class DeadlineExceeded(CorralError, TimeoutError):
+    """A ``corral.deadline(seconds)`` block ran past its deadline and was stopped."""
 
 
 class JobError(CorralError):

@@ -109,7 +109,8 @@ class Limits:
     """The limits of a check, validated (``None``: that limit is not checked).
 
     Args:
-        max_waiting_age: seconds (or a ``timedelta``) the front job may wait.
+        max_waiting_age_ms: how long the front job may wait (``Limits.of`` takes seconds or a
+            ``timedelta``).
         min_workers: workers that must be connected to the queue.
 
     Raises:

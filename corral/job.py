@@ -14,6 +14,8 @@ from typing import Any
 from typing_extensions import Self
 
 from corral import _codec
+from corral._provenance import Provenance
+from corral._provenance import read as read_provenance
 from corral.options import SOFT_TIMEOUT_KEY, TIMEOUT_KEY
 
 #: The states the inspection tools (``corral stats``, ``corral top``, the dashboard) count
@@ -156,6 +158,12 @@ class JobRecord:
         """The job's ``soft_timeout`` option in seconds (``None``: none of its own)."""
         ms = self.opts.get(SOFT_TIMEOUT_KEY)
         return ms / 1000 if isinstance(ms, (int, float)) and ms > 0 else None
+
+    @property
+    def provenance(self) -> Provenance | None:
+        """Who triggered the job, as its producer claimed (``opts["x-prov"]``), verified with
+        this process's key (see docs/provenance.md); ``None`` when it carries no record."""
+        return read_provenance(self)
 
     def time_left(self) -> float | None:
         """Seconds until the worker stops this attempt (``None``: no timeout)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypedDict
 
+from corral._breaker_state import BREAKERS_KEY, breaker_names
 from corral.bounds import (
     MAX_COUNT,
     MAX_DURATION_MS,
@@ -297,6 +298,7 @@ class JobOptionsDict(TypedDict, total=False):
     timeout: Duration
     soft_timeout: Duration
     dead_letter_queue: str
+    breakers: Collection[str]
 
 
 OPTION_NAMES = frozenset(JobOptionsDict.__annotations__)
@@ -329,6 +331,7 @@ class JobOptions:
     soft_timeout_ms: int = 0
     #: The queue (same prefix) a copy goes to when the job fails for good, or ``None``.
     dead_letter_queue: str | None = None
+    breakers: tuple[str, ...] = ()
 
     @classmethod
     def build(
@@ -398,6 +401,7 @@ class JobOptions:
             dead_letter_queue=None
             if get("dead_letter_queue") is None
             else check_dead_letter_queue(o["dead_letter_queue"]),
+            breakers=breaker_names(get("breakers")),
         )
 
     @property
@@ -460,6 +464,8 @@ class JobOptions:
             opts[SOFT_TIMEOUT_KEY] = self.soft_timeout_ms
         if self.dead_letter_queue is not None:
             opts[DEAD_LETTER_KEY] = self.dead_letter_queue
+        if self.breakers:
+            opts[BREAKERS_KEY] = list(self.breakers)
         return opts
 
     def dedup_args(self) -> list[Any]:

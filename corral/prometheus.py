@@ -6,6 +6,7 @@ sidecar, ``corral metrics``) can export them; there is nothing to keep in step.
 :class:`JobTimes` is fed by a worker's ``active``, ``completed`` and ``failed`` events:
 histograms of processing time (per attempt) and of waiting time (from ready to the first
 attempt's start), read from the job's own timestamps, in the worker's process.
+:class:`BreakerCollector` reads circuit breakers (``corral.Breaker``) at scrape time.
 :func:`metrics_asgi_app` serves a registry as a mountable ASGI endpoint.
 
 Example::
@@ -31,6 +32,7 @@ from typing import Any
 from corral import clock
 from corral._async.queue_getters import COUNTED_STATES
 from corral._sync.queue import Queue
+from corral.breaker import Breaker
 from corral.health import (
     READ_ERRORS,
     ASGIApp,
@@ -46,7 +48,7 @@ from corral.job import JobRecord
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.exposition import CONTENT_TYPE_LATEST
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -111,6 +113,45 @@ class QueueCollector(Collector):
         yield workers
         yield oldest
         yield up
+
+
+class BreakerCollector(Collector):
+    """A collector of ``corral_breaker_state{breaker, state}`` (1 for the breaker's state now,
+    0 for the other two of ``closed``, ``open``, ``half_open``),
+    ``corral_breaker_recent_failures{breaker}`` (failures within its window, while closed) and
+    ``corral_breaker_opened_total{breaker}`` (times it opened, over every process: the count
+    is kept in the breaker's key). A breaker that cannot be read is left out of the scrape."""
+
+    def __init__(self, breakers: Iterable[Breaker]) -> None:
+        self.breakers = list(breakers)
+
+    def collect(self) -> Iterator[Any]:
+        state = GaugeMetricFamily(
+            "corral_breaker_state",
+            "1 for the breaker's current state.",
+            labels=["breaker", "state"],
+        )
+        failures = GaugeMetricFamily(
+            "corral_breaker_recent_failures",
+            "Failures counted within the breaker's window (closed).",
+            labels=["breaker"],
+        )
+        opened = CounterMetricFamily(
+            "corral_breaker_opened", "Times the breaker opened.", labels=["breaker"]
+        )
+        for breaker in self.breakers:
+            try:
+                now = breaker.state_sync()
+            except READ_ERRORS as exc:
+                logger.warning("prometheus: breaker %s could not be read: %s", breaker.name, exc)
+                continue
+            for name in ("closed", "open", "half_open"):
+                state.add_metric([breaker.name, name], 1 if now.state == name else 0)
+            failures.add_metric([breaker.name], now.recent_failures)
+            opened.add_metric([breaker.name], now.opens)
+        yield state
+        yield failures
+        yield opened
 
 
 class JobTimes:

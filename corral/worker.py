@@ -72,7 +72,8 @@ class Worker:
     """Processes jobs of one queue.
 
     Args:
-        queue_name: the queue to work on.
+        queue_name: the queue to work on, or lanes ``{"interactive": 8, "background": 4}``:
+            slots reserved per queue, lent to the others with ``borrow=True`` (docs/lanes.md).
         processor: ``async def f(job)`` (gets an :class:`AsyncJob`) or ``def f(job)`` (runs in a
             thread, gets a :class:`Job`); what it returns (JSON) becomes the job's return
             value, what it raises fails the attempt. ``None`` for manual fetching with
@@ -89,24 +90,26 @@ class Worker:
             across every worker of the queue.
         backoff_strategies: custom backoff types: ``name -> f(attempts_made, delay_ms,
             error, job) -> ms``.
-        retry_on / no_retry_on: exception types that are (only) / never retried.
+        retry_on: exception types that are retried (only those).
+        no_retry_on: exception types that are never retried.
         close_grace: on SIGTERM/SIGINT, seconds to let running jobs finish before async ones
             are cancelled and put back in wait (a plain function cannot be stopped: its job is
             kept until its thread ends; a second signal exits at once).
         metrics_max_data_points: record BullMQ's per-minute completed/failed counts, keeping
             this many minutes (0: no metrics; BullMQ's ``metrics.maxDataPoints``).
-        timeout / soft_timeout: seconds an attempt may run (for jobs without a ``timeout``
-            of their own): at ``soft_timeout`` the processor is warned, at ``timeout`` it is
-            stopped and the attempt fails with "timed out after N s" (see
+        timeout: seconds an attempt may run (for jobs without a ``timeout`` of their own):
+            then it is stopped and the attempt fails with "timed out after N s" (see
             docs/timeouts-cancel.md).
+        soft_timeout: seconds after which the processor is warned (likewise).
         processes: run the processor in this many child processes (it must be importable:
             ``"package.module:function"`` or a module-level function); ``concurrency``
             defaults to it. See docs/processes.md.
-        max_memory_mb / max_jobs_per_child: with ``processes``: kill a child that uses more
-            memory (the attempt fails with "memory limit"), and replace a child after this
-            many jobs.
-        max_progress_bytes / max_log_line_bytes: the largest progress and log line the jobs'
-            ``update_progress`` and ``log`` store (64 KiB each by default; see ``Queue``).
+        max_memory_mb: with ``processes``: kill a child that uses more memory (the attempt
+            fails with "memory limit").
+        max_jobs_per_child: with ``processes``: replace a child after this many jobs.
+        max_progress_bytes: the largest progress the jobs' ``update_progress`` stores (64 KiB
+            by default; see ``Queue``).
+        max_log_line_bytes: the largest line the jobs' ``log`` stores (64 KiB by default).
         shards: work the ``shards`` plain queues of a sharded queue (``ShardedQueue``, with
             the same count) as one: ``concurrency`` is shared by all of them, a free slot goes
             to the shards in turn, and no busy shard starves another (see docs/scaling.md).
@@ -131,7 +134,12 @@ class Worker:
     """
 
     def __new__(cls, *args: Any, shards: int = 1, **kwargs: Any) -> Worker:
-        # Worker(..., shards=N) is one inner worker per shard (corral._sharded_worker).
+        # Worker({queue: slots}, ...) is one inner worker per lane (corral._lanes), and
+        # Worker(..., shards=N) one per shard (corral._sharded_worker).
+        if cls is Worker and isinstance(args[0] if args else kwargs.get("queue_name"), Mapping):
+            from corral._lanes import LanesWorker
+
+            return super().__new__(LanesWorker)
         if cls is Worker and check_shards(shards) > 1:
             from corral._sharded_worker import ShardedWorker
 
@@ -140,7 +148,7 @@ class Worker:
 
     def __init__(
         self,
-        queue_name: str,
+        queue_name: str | Mapping[str, int],
         processor: Processor | str | None,
         *,
         connection: Connectable = None,
@@ -171,6 +179,8 @@ class Worker:
     ) -> None:
         if check_shards(shards) != 1:
             raise InvalidOptionError("shards= needs the class Worker itself, not a subclass")
+        if not isinstance(queue_name, str):
+            raise InvalidOptionError("lanes need the class Worker itself, not a subclass")
         self._telemetry = _telemetry.resolve(telemetry)
         check_shard_count_of(queue_name, 1)
         o = self._o = WorkerOptions.build(

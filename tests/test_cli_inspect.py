@@ -224,7 +224,7 @@ def test_jobs_json_schema_of_a_failed_job(seeded: str) -> None:
         "id", "name", "queue", "state", "data", "opts", "timestamp", "delay", "priority",
         "processed_on", "finished_on", "progress", "returnvalue", "attempts_made",
         "attempts_started", "max_attempts", "stalled_counter", "failed_reason", "stacktrace",
-        "processed_by", "parent_key", "repeat_job_key",
+        "processed_by", "parent_key", "repeat_job_key", "provenance",
     }  # fmt: skip
     assert (job["id"], job["queue"], job["failed_reason"]) == ("bad", "reports", "disk full")
     assert (job["attempts_made"], job["max_attempts"], len(job["stacktrace"])) == (2, 2, 2)

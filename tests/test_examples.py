@@ -1,15 +1,28 @@
-"""Every docs/examples/*.py runs against the test server and prints what the docs say."""
+"""Every docs/examples/*.py runs against the test server and prints what the docs say, and so
+does every corral code block of the pages in docs/migrating/.
+
+In those pages each ```python block carries a title: ``title="corral"`` blocks run as scripts
+(each on its own) and state what they print with ``# prints: <line>`` comments; a block titled
+with another library's name (``title="RQ"``) is that library's code: it is only compiled, as
+those libraries are not installed here.
+"""
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "docs" / "examples").glob("*.py"))
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+EXAMPLES = sorted((DOCS / "examples").glob("*.py"))
+#: Pages whose ```python blocks are themselves the examples.
+BLOCK_PAGES = sorted((DOCS / "migrating").glob("*.md"))
 
 #: Lines each example must print (the docs quote them).
 EXPECTED = {
@@ -92,6 +105,12 @@ EXPECTED = {
         "photo-99 returned 198",
         "refused: a global concurrency is counted in one queue, and queue thumbnails is 3 shards",
     ],
+    "lanes.py": [
+        "chat answered: reply 1",
+        "reports running meanwhile: 1",
+        "completed: 7 closed most at once: {'reports': 1, 'chat': 1}",
+        "with borrow: 6 reports at once: 3",
+    ],
     "health_check.py": [
         "no worker: False ['thumbnails: 0 worker(s) connected, fewer than 1'] waiting: 3",
         "with a worker: True workers: 1",
@@ -131,6 +150,28 @@ EXPECTED = {
         "failed job says: width must be a positive integer, got -1",
         "attempts made: 1",
     ],
+    "provenance_support.py": [
+        "claimed: support:ann for user:7, tenant acme, origin admin-ui, signature verified",
+        "completed=1 failed=2",
+        "anonymous: refused: job anonymous carries no provenance record; signed ones are required",
+        "edited: refused: job edited carries a provenance record whose signature does not verify "
+        "(altered, or signed with another key); signed ones are required",
+        "receipt: support:ann for user:7, tenant acme, origin admin-ui, via refunds/1 "
+        "(support:ann), signature verified",
+        "survey: agent:follow-up for user:7, tenant acme, origin admin-ui, via refunds/1 "
+        "(support:ann), signature verified",
+    ],
+    "breaker_payments.py": [
+        "open after 3 failed calls; attempts burned: 3",
+        "closed: completed 5, provider calls: 8, attempts made: 8",
+        "summarise: delayed, attempts=0 runs=0",
+        "summarise: summary, attempts=1, llm closed",
+        "event: payments closed -> open",
+        "event: payments open -> half_open",
+        "event: payments half_open -> closed",
+        "event: llm open -> half_open",
+        "deadline: deadline of 0.1 s exceeded; a TimeoutError: True",
+    ],
     "otel_tracing.py": [
         "opts.tm carries: ['traceparent']",
         "POST /checkout [INTERNAL]",
@@ -169,3 +210,81 @@ def test_example_runs(path: Path, redis_url: str) -> None:
     assert proc.returncode == 0, proc.stderr
     for line in EXPECTED[path.name]:
         assert line in proc.stdout.splitlines(), proc.stdout
+
+
+class Block(NamedTuple):
+    page: Path
+    line: int  # of the opening fence, 1-based
+    title: str
+    code: str
+
+    @property
+    def runs(self) -> bool:
+        return self.title == "corral"
+
+    @property
+    def prints(self) -> list[str]:
+        return re.findall(r"# prints: (.*)$", self.code, flags=re.MULTILINE)
+
+
+FENCE = re.compile(r"^```python(?:\s+title=\"(?P<title>[^\"]*)\")?\s*$")
+
+
+def python_blocks(page: Path) -> list[Block]:
+    blocks = []
+    lines = page.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        end = lines.index("```", i + 1)
+        code = "\n".join(lines[i + 1 : end]) + "\n"
+        blocks.append(Block(page, i + 1, opening["title"] or "", code))
+        i = end + 1
+    return blocks
+
+
+BLOCKS = [block for page in BLOCK_PAGES for block in python_blocks(page)]
+
+
+def block_id(block: Block) -> str:
+    return f"{block.page.stem}:{block.line}"
+
+
+def test_every_migration_page_has_blocks_that_run() -> None:
+    assert BLOCK_PAGES, "no page in docs/migrating/"
+    for page in BLOCK_PAGES:
+        blocks = [b for b in BLOCKS if b.page == page]
+        assert any(b.runs for b in blocks), f'{page.name}: no ```python title="corral" block'
+        for block in blocks:
+            where = f"{page.name}:{block.line}"
+            assert block.title, f'{where}: a python block needs title="corral" or the library'
+            if block.runs:
+                assert block.prints, f"{where}: say what the block prints (# prints: ...)"
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if not b.runs], ids=block_id)
+def test_other_library_block_compiles(block: Block) -> None:
+    # Snippets of async libraries await at top level, as in an asyncio REPL.
+    compile(block.code, block_id(block), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.runs], ids=block_id)
+def test_corral_block_runs(block: Block, redis_url: str, tmp_path: Path) -> None:
+    script = tmp_path / f"{block.page.stem}_{block.line}.py"
+    script.write_text(block.code, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env={**os.environ, "CORRAL_REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    printed = proc.stdout.splitlines()
+    for line in block.prints:
+        assert line in printed, proc.stdout

@@ -32,11 +32,11 @@ logger = logging.getLogger("corral.queue")
 
 
 class AsyncQueue(AsyncQueueAdds, AsyncQueueStreamMixin, AsyncQueueSignals):
-    """A queue in BullMQ 6.x's layout, for asyncio code.
+    """A queue in BullMQ 6.x's layout.
 
     Args:
         name: the queue's name (no ``:``).
-        connection: a URL, a redis-py asyncio client made with ``decode_responses=True``, or
+        connection: a URL, a redis-py client made with ``decode_responses=True``, or
             ``None`` for ``CORRAL_REDIS_URL`` / ``REDIS_URL`` / the embedded server.
         prefix: key prefix, ``bull`` by default (what Node BullMQ and bull-board read).
         default_job_options: options applied to every job unless ``add`` says otherwise.

@@ -20,6 +20,7 @@ from corral._async._redis import check_same_slot
 from corral._async.job import AsyncJob
 from corral._async.queue_schedulers import AsyncQueueSchedulers
 from corral._durable import Durability, check_acknowledged
+from corral._provenance import PROVENANCE_KEY, active_trace_carrier, stamp
 from corral._supervisor import Outage
 from corral.bounds import MAX_TIMESTAMP_MS
 from corral.clock import now_ms
@@ -83,11 +84,17 @@ class AsyncQueueAdds(AsyncQueueSchedulers):
                 f"score must be exact), got a run time of {ts + opts.delay_ms}"
             )
         parent = opts.parent_field()
-        opts_json = self._plain_opts_json if opts is self._plain and tm is None else None
+        prov = stamp(self.name)  # None outside any corral.provenance() scope
+        if prov is not None and tm is None:
+            tm = active_trace_carrier()
+        plain = opts is self._plain and tm is None and prov is None
+        opts_json = self._plain_opts_json if plain else None
         if opts_json is None:
             stored = opts.to_opts(0 if opts is self._plain else ts)
             if tm is not None:
                 stored["tm"] = tm
+            if prov is not None:
+                stored[PROVENANCE_KEY] = prov
             opts_json = _codec.dumps(stored)
         return [
             self._job_prefix,

@@ -273,7 +273,8 @@ class AsyncQueueGetters(AsyncQueueBase, AsyncStateGetters):
 
         Args:
             kind: ``"completed"`` or ``"failed"``.
-            start, end: the data points wanted, newest first, ``end`` inclusive.
+            start: the first data point wanted, newest first.
+            end: the last one wanted, inclusive.
 
         Raises:
             InvalidOptionError: an unknown kind or a bound that is not an integer.

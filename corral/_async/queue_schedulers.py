@@ -20,6 +20,7 @@ from corral._async._queue_base import AsyncQueueBase
 from corral._async.job import AsyncJob
 from corral._async.queue_admin import AsyncQueueAdmin
 from corral._async.queue_getters import check_int
+from corral._provenance import PROVENANCE_KEY, stamp
 from corral.bounds import MAX_TIMESTAMP_MS
 from corral.errors import InvalidOptionError
 from corral.job import JobRecord
@@ -86,8 +87,13 @@ class AsyncQueueSchedulers(AsyncQueueAdmin):
         )
         encoded = "" if data is None else _codec.encode_data(data)
         opts.check_size(encoded)
-        # BullMQ stores template opts only when some were given.
-        opts_json = _codec.dumps(opts.to_opts(0)) if (given or defaults) else ""
+        # BullMQ stores template opts only when some were given. The record of the scope
+        # upserting goes into the template, so every iteration carries the creator's.
+        prov = stamp(self.name)
+        stored = opts.to_opts(0) if (given or defaults) else {}
+        if prov is not None:
+            stored[PROVENANCE_KEY] = prov
+        opts_json = _codec.dumps(stored) if stored else ""
         return [name, encoded, opts_json]
 
     async def upsert_job_scheduler(
@@ -119,7 +125,8 @@ class AsyncQueueSchedulers(AsyncQueueAdmin):
             cron: a cron pattern, 5 fields or 6 with seconds first (``"*/10 * * * * *"``).
             tz: IANA time zone the pattern is read in (default: local time, as in Node).
             limit: at most this many runs.
-            start_date / end_date: no run before / after (``datetime`` or epoch ms).
+            start_date: no run before (``datetime`` or epoch ms).
+            end_date: no run after (``datetime`` or epoch ms).
             immediately: with ``cron``, run once now too.
             template: each iteration's ``(name, data)`` or ``(name, data, opts)``, or
                 ``{"name":, "data":, "opts":}``; ``opts`` are :meth:`add`'s keyword options

@@ -21,7 +21,7 @@ class QueueBase:
 
     Args:
         name: the queue's name (no ``:``).
-        connection: a URL, a redis-py asyncio client made with ``decode_responses=True``, or
+        connection: a URL, a redis-py client made with ``decode_responses=True``, or
             ``None`` for ``CORRAL_REDIS_URL`` / ``REDIS_URL`` / the embedded server.
         prefix: key prefix, ``bull`` by default (what Node BullMQ and bull-board read).
         strict: refuse, rather than warn about, a server whose maxmemory-policy evicts keys.

@@ -60,7 +60,7 @@ class FlowProducer:
     """Adds flows: trees of jobs in queues of one prefix.
 
     Args:
-        connection: a URL, a redis-py asyncio client made with ``decode_responses=True``, or
+        connection: a URL, a redis-py client made with ``decode_responses=True``, or
             ``None`` for ``CORRAL_REDIS_URL`` / ``REDIS_URL`` / the embedded server.
         prefix: key prefix of every queue of the flows, ``bull`` by default. On Redis Cluster,
             give it a hash tag (``{bull}``): one flow is one transaction over several queues.

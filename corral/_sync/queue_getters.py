@@ -274,7 +274,8 @@ class QueueGetters(QueueBase, StateGetters):
 
         Args:
             kind: ``"completed"`` or ``"failed"``.
-            start, end: the data points wanted, newest first, ``end`` inclusive.
+            start: the first data point wanted, newest first.
+            end: the last one wanted, inclusive.
 
         Raises:
             InvalidOptionError: an unknown kind or a bound that is not an integer.

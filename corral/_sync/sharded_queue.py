@@ -48,6 +48,11 @@ from corral.schedule import DateLike
 class ShardedQueue(ShardedGetters):
     """One logical queue over ``shards`` plain queues in different hash slots.
 
+    The options not listed below (``default_job_options``, ``backoff_types``, ``strict``,
+    ``add_retries``, ``max_progress_bytes``, ``max_log_line_bytes``, ``durable``,
+    ``durable_replicas``, ``durable_timeout``, ``dead_letter_queue``, ``telemetry``) are as for
+    :class:`Queue`, for every shard (a span of an add names the shard's queue).
+
     Args:
         name: the logical queue's name (no ``:``; with ``shards > 1`` no braces either).
         shards: how many plain queues (1 to 256). ``1`` is the plain queue ``name`` itself;
@@ -59,10 +64,6 @@ class ShardedQueue(ShardedGetters):
             server. Each shard opens its own client from it.
         prefix: key prefix, ``bull`` by default; with ``shards > 1`` it cannot hold a hash tag
             (``{bull}`` would put every shard in one slot).
-        default_job_options, backoff_types, strict, add_retries, max_progress_bytes,
-        max_log_line_bytes, durable, durable_replicas, durable_timeout, dead_letter_queue,
-        telemetry: as for
-            :class:`Queue`, for every shard (a span of an add names the shard's queue).
 
     Raises:
         InvalidOptionError: a bad argument; a prefix with a hash tag, or a name with a brace,

@@ -94,6 +94,7 @@ OPTION_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "timeout": s.durations,
     "soft_timeout": s.durations,
     "dead_letter_queue": st.one_of(st.sampled_from(["dlq", "", "a:b"]), s.names(), s.anything),
+    "breakers": st.one_of(st.lists(s.names(), max_size=3), s.names(), s.anything),
 }
 assert set(OPTION_VALUES) == OPTION_NAMES, "every option of add is drawn"
 
@@ -144,6 +145,7 @@ VALID_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "soft_timeout": st.floats(0.001, 3600),
     # Names only: a random text could be the queue's own name, which is refused.
     "dead_letter_queue": st.sampled_from(["dlq", "dead letters", "\u00f1-dlq", "{x}dlq"]),
+    "breakers": st.lists(st.sampled_from(["payments", "mail", "model-api"]), max_size=3),
 }
 assert set(VALID_VALUES) == OPTION_NAMES
 
