@@ -339,6 +339,7 @@ class ThreadRunner:
             )
         finally:
             control.detach()
+            job._discarded = job._discarded or sync_job._discarded  # Job.discard in the thread
 
 
 class ProcessRunner:

@@ -1,10 +1,12 @@
-"""Running a worker from a plain, blocking call: its event loop, and SIGINT/SIGTERM meanwhile."""
+"""Running a worker from a plain, blocking call: its event loop, and SIGINT/SIGTERM meanwhile;
+and the warning a blocking client gets when it is used where an event loop runs."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import threading
+import warnings
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -13,7 +15,22 @@ T = TypeVar("T")
 
 def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` on a new event loop: uvloop's when it is installed (``corral[fast]``),
-    else asyncio's. uvloop's loop and transports take about 15% off a busy worker's CPU."""
+    else asyncio's. uvloop's loop and transports take about 15% off a busy worker's CPU.
+
+    Raises:
+        RuntimeError: called where an event loop runs (``Worker.run()`` in async code),
+            saying to await ``run_async()`` instead.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        main.close()
+        raise RuntimeError(
+            "Worker.run() blocks, and an event loop is running here: "
+            "use `await worker.run_async()` in async code"
+        )
     try:
         import uvloop
     except ImportError:
@@ -43,3 +60,19 @@ async def with_signals(main: Callable[[], Awaitable[T]], on_signal: Callable[[in
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
+
+
+def warn_if_loop_runs(what: str) -> None:
+    """Warn when the blocking API opens its client inside a running event loop: each call
+    would stop the loop (and every task on it) until the server answers."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    warnings.warn(
+        f"a blocking {what} is used inside a running event loop: each call blocks the loop "
+        "until Redis answers; use the asyncio API in async code (AsyncQueue and "
+        "`await queue.add(...)`, AsyncFlowProducer, AsyncQueueEvents, `async with breaker`)",
+        RuntimeWarning,
+        stacklevel=4,
+    )

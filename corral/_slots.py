@@ -67,6 +67,9 @@ class Slots:
         self._fetch, self.lost = self.tokens.fetch, self.tokens.lost
         #: No more fetching: the worker closes, or the run reached a bound (never undone).
         self.closing = False
+        #: No fetching until resumed: ``Worker.pause`` (corral._worker_control).
+        self.paused = False
+        self._paused_read = False
         self.limits = RunLimits()
         self.stop_reason: StopReason = "closed"
         self._drained = True
@@ -97,6 +100,19 @@ class Slots:
         if self.rotation is not None:
             self.rotation.leave(self)
 
+    def pause(self) -> None:
+        """Stop fetching until :meth:`resume`, a wait on the marker included; the jobs
+        held run on, and their finishes take no next job."""
+        self.paused = True
+        self.freed.set()
+        if self._block_task is not None:
+            self._paused_read = True  # the cancel below is ours, however soon a resume comes
+            self._block_task.cancel()
+
+    def resume(self) -> None:
+        self.paused = False
+        self.freed.set()
+
     def end_run(self, reason: StopReason) -> None:
         """A bound of the run was reached: stop fetching; running jobs finish."""
         if not self.closing:
@@ -118,6 +134,8 @@ class Slots:
 
     def want_next(self) -> bool:
         # Asked by a finishing lease, itself still counted among the leases.
+        if self.paused:
+            return False
         if self.rotation is not None:
             return not self.closing and self.rotation.may_keep(self) and self.limits.room(1) > 0
         return not self.closing and len(self.leases) <= self.concurrency and self.limits.room(1) > 0
@@ -129,6 +147,10 @@ class Slots:
         if self.lost:
             assert self._queue is not None
             await self.tokens.release(self._queue)
+        if self.paused:
+            self.freed.clear()
+            await self.freed.wait()
+            return 0
         if self.rotation is None:
             free = self.limits.room(self.concurrency - len(self.leases))
         else:
@@ -203,7 +225,7 @@ class Slots:
         deadline = now_ms() + self._o.drain_delay * 1000
         if wake:
             deadline = min(deadline, wake)
-        while not self.closing and not self.lost:
+        while not self.closing and not self.lost and not self.paused:
             popped = await self._block_on_marker(max(0.001, (deadline - now_ms()) / 1000))
             if popped is None:
                 return  # timed out: time to look again
@@ -227,12 +249,13 @@ class Slots:
             # for ever.
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            task.cancel()  # close() cancels the read itself: that ends here too
-            if not self.closing:
+            task.cancel()  # close() and pause() cancel the read itself: that ends here too
+            if not (self.closing or self._paused_read):
                 raise
             return None
         finally:
             self._block_task = None
+            self._paused_read = False
 
     async def _sleep_unless_closing(self, seconds: float) -> None:
         self.freed.clear()

@@ -251,10 +251,12 @@ class Breaker:
             connection = self._connection
             if isinstance(connection, redis.asyncio.Redis):
                 connection = _twins.sync_twin(connection)  # a twin for threads, ours to close
-                self._sync = sync_redis.LazyClient(None, slot_key=self._slot_key)
+                self._sync = sync_redis.LazyClient(None, slot_key=self._slot_key, owner="Breaker")
                 self._sync.current = connection
             else:
-                self._sync = sync_redis.LazyClient(connection, slot_key=self._slot_key)
+                self._sync = sync_redis.LazyClient(
+                    connection, slot_key=self._slot_key, owner="Breaker"
+                )
         return self._sync.get()
 
     async def close(self) -> None:

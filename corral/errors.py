@@ -6,6 +6,7 @@
     ├── ConfigurationError        bad settings found at first use (server too old, policy)
     │   └── CrossSlotError        on Redis Cluster, keys that must share a hash slot do not
     ├── ServerNotAvailable        no URL configured and no server binary to start
+    ├── ClosedError               (also RuntimeError) a queue, flow producer... used after close()
     ├── InvalidOptionError        (also ValueError) an option or argument was refused
     ├── JobError                  carries .queue and .job_id
     │   ├── JobNotFoundError      the job hash does not exist (code -1)
@@ -58,6 +59,11 @@ class CorralError(Exception):
 
 class ConfigurationError(CorralError):
     """The server or the settings cannot be used as they are."""
+
+
+class ClosedError(CorralError, RuntimeError):
+    """A queue, flow producer or events reader was used after its ``close()``: it does not
+    open a connection again behind the caller's back. Make a new one."""
 
 
 class CrossSlotError(ConfigurationError):

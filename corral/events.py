@@ -34,6 +34,8 @@ class JobEvent(QueueEvent):
 class Added(JobEvent):
     name: ClassVar[str] = "added"
     job_name: str = ""
+    #: The actor of the job's provenance record (``corral.provenance``), if it has one.
+    actor: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +196,7 @@ def parse_event(event_id: str, fields: dict[str, str]) -> QueueEvent:
     job_id = fields.get("jobId", "")
     prev = fields.get("prev")
     if name == "added":
-        return Added(event_id, job_id, fields.get("name", ""))
+        return Added(event_id, job_id, fields.get("name", ""), fields.get("actor"))
     if name == "waiting":
         return Waiting(event_id, job_id, prev)
     if name == "delayed":

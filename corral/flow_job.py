@@ -14,7 +14,7 @@ from typing import Any, Generic, TypedDict, TypeVar
 
 from corral.errors import InvalidOptionError
 from corral.job import JobState
-from corral.options import JobOptionsDict, check_name
+from corral.options import JobOptions, JobOptionsDict, check_name
 
 #: The keys a flow node may have when it is given as a dict.
 NODE_KEYS = frozenset({"name", "queue_name", "data", "opts", "children"})
@@ -62,8 +62,12 @@ class JobNode(Generic[J]):
     state: JobState | None = None
 
 
-class Dependencies(TypedDict):
-    """A parent's children by outcome (``job.get_dependencies()``), keyed by full job key."""
+class Dependencies(TypedDict, total=False):
+    """A parent's children by outcome (``job.get_dependencies()``), keyed by full job key.
+
+    A whole read has the four kinds; a read by pages has the kinds asked for, each with the
+    cursor of its next page (0: that was the last), as BullMQ's ``getDependencies``.
+    """
 
     #: Completed children and their return values.
     processed: dict[str, Any]
@@ -74,6 +78,17 @@ class Dependencies(TypedDict):
     #: Children that failed with ``ignore_dependency_on_failure`` (or
     #: ``continue_parent_on_failure``) and their failed reasons.
     ignored: dict[str, str]
+    next_processed_cursor: int
+    next_unprocessed_cursor: int
+    next_failed_cursor: int
+    next_ignored_cursor: int
+
+
+#: One page of a kind of children, ``job.get_dependencies(processed={"cursor": c, "count": n})``
+#: (BullMQ's ``DependencyOpts``): ``cursor`` 0 (the default) for the first page, then the
+#: ``next_*_cursor`` of the page before; ``count`` how many to read (a hint for the sets and
+#: hashes, as SCAN's; 20 by default).
+DependencyPage = Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -208,3 +223,43 @@ def check_ids(nodes: Sequence[tuple[FlowNode, str, str]]) -> None:
             f"flow node {node.path} ({node.node.name!r}): job id {key.rpartition(':')[2]!r} "
             f"is the id of {what}; a job cannot be its own child"
         )
+
+
+#: A flow's ``queues_options`` as checked: queue name -> its jobs' default options.
+QueueDefaults = dict[str, dict[str, Any]] | None
+
+
+def check_queues_options(value: Any) -> QueueDefaults:
+    """``FlowProducer.add``'s ``queues_options`` (BullMQ's ``queuesOptions``): queue name ->
+    ``{"default_job_options": {...}}``, checked as a queue's ``default_job_options`` are.
+
+    Raises:
+        InvalidOptionError: naming the queue and the option.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidOptionError(
+            f"queues_options must be a dict of queue name -> options, got {value!r}"
+        )
+    checked: dict[str, dict[str, Any]] = {}
+    for name, settings in value.items():
+        check_name("queues_options queue name", name, colon=False)
+        if not isinstance(settings, Mapping) or not set(settings) <= {"default_job_options"}:
+            raise InvalidOptionError(
+                f"queues_options[{name!r}] takes only 'default_job_options' (the other "
+                f"queue settings are the Queue's own), got {settings!r}"
+            )
+        given = settings.get("default_job_options") or {}
+        if not isinstance(given, Mapping):
+            raise InvalidOptionError(
+                f"queues_options[{name!r}]['default_job_options'] must be a dict of job "
+                f"options, got {given!r}"
+            )
+        defaults = dict(given)
+        try:
+            JobOptions.build({}, defaults=defaults)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"queues_options[{name!r}]: {exc}") from None
+        checked[name] = defaults
+    return checked

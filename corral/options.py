@@ -128,6 +128,10 @@ def _retention(option: str, value: Retention) -> Retention:
     )
 
 
+#: The check of a removeOnComplete / removeOnFail value, for a worker's defaults too.
+check_retention = _retention
+
+
 def retention_limits(value: Any) -> tuple[int, int]:
     """``(keep count, max age ms)`` for the finish script; -1 means no limit."""
     if value is True:

@@ -45,6 +45,7 @@ from corral._signals import run_event_loop as run_event_loop
 from corral._signals import with_signals
 from corral._slots import Slots
 from corral._supervisor import Outage, Supervisor
+from corral._worker_control import CONTROL_EVENTS, WorkerControl
 from corral.errors import InvalidOptionError
 from corral.options import Duration
 from corral.retry import BackoffStrategy
@@ -65,10 +66,11 @@ EVENTS = {
     "drained": "()",
     "error": "(error): the first server error of an outage, or a failure of the worker itself",
     "lock_lost": "(job_id)",
+    **CONTROL_EVENTS,
 }
 
 
-class Worker:
+class Worker(WorkerControl):
     """Processes jobs of one queue.
 
     Args:
@@ -124,6 +126,12 @@ class Worker:
             providers): a CONSUMER span per attempt, the current span while the processor
             runs, continuing the trace the job carries, and job metrics (see
             docs/observability.md, "OpenTelemetry"). Off by default.
+        remove_on_complete: the retention (as ``Queue.add``'s) of completed jobs whose own
+            options set none (BullMQ's worker ``removeOnComplete``).
+        remove_on_fail: likewise for failed jobs (``removeOnFail``).
+        skip_stalled_check: run no stalled checks (other workers, or none, recover this one's
+            stalled jobs).
+        skip_lock_renewal: renew no locks.
 
     Example::
 
@@ -176,6 +184,10 @@ class Worker:
         shards: int = 1,
         dead_letter_queue: str | None = None,
         telemetry: _telemetry.Hooks | bool | None = None,
+        remove_on_complete: options.Retention | None = None,
+        remove_on_fail: options.Retention | None = None,
+        skip_stalled_check: bool = False,
+        skip_lock_renewal: bool = False,
     ) -> None:
         if check_shards(shards) != 1:
             raise InvalidOptionError("shards= needs the class Worker itself, not a subclass")
@@ -209,6 +221,10 @@ class Worker:
             max_jobs_per_child=max_jobs_per_child,
             strict=strict,
             dead_letter_queue=dead_letter_queue,
+            remove_on_complete=remove_on_complete,
+            remove_on_fail=remove_on_fail,
+            skip_stalled_check=skip_stalled_check,
+            skip_lock_renewal=skip_lock_renewal,
         )
         self.queue_name = queue_name
         self.processor = o.processor
@@ -233,19 +249,7 @@ class Worker:
         #: checks the shard's recorded count there).
         self._on_open: Callable[[AsyncQueue], Awaitable[None]] | None = None
 
-    # -- settings and events -------------------------------------------------------------
-
-    @property
-    def concurrency(self) -> int:
-        """How many jobs run at once. Setting it while running takes effect at once."""
-        return self._slots.concurrency
-
-    @concurrency.setter
-    def concurrency(self, value: int) -> None:
-        self._slots.concurrency = options.int_option("concurrency", value, 1)
-        if self._runner is not None:
-            self._runner.resize(value)
-        self._slots.freed.set()
+    # -- events (concurrency, pause and resume: _worker_control) --------------------------
 
     def on(self, event: str, callback: Callback | None = None) -> Any:
         """Call ``callback`` on ``event`` (see :data:`EVENTS`); usable as a decorator.
@@ -307,9 +311,13 @@ class Worker:
         long as they take), then cancel async ones and put them back in wait; a plain
         function's job is kept (and its lock renewed) until its thread ends. Returns when
         every job is settled and the connections are released."""
+        first = not self._slots.closing
         self._slots.stop_fetching()
+        if first:
+            await self._emit("closing", "closing worker")
         if not self._running:
             await self._release()
+            await self._emit("closed")
             return
         if self._slots.tasks:
             _, pending = await asyncio.wait(list(self._slots.tasks), timeout=grace)
@@ -338,6 +346,8 @@ class Worker:
                 except BaseException:
                     await self._conns.release(queue)
                     raise
+            if queue is not None:
+                queue._retention_defaults = self._o.retention_defaults
             self._queue = queue
             if self._queue is None and self._slots.closing:
                 return None
@@ -380,6 +390,7 @@ class Worker:
             await self._release()
             self._running = False
             self._stopped.set()
+            await self._emit("closed")
         if supervisor.fatal is not None:
             raise supervisor.fatal
         return limits.summary(self._slots.stop_reason)
@@ -393,6 +404,7 @@ class Worker:
         # counted only at its first wait for work. A failure is the fetch loop's to meet.
         with contextlib.suppress(Exception):
             await blocking.ping()
+        await self._emit("ready")
         runner = self._runner = make_runner(self._o, client, slots.concurrency, self._emit)
         await runner.start()
         ctx = LeaseContext(
@@ -419,8 +431,10 @@ class Worker:
         dead_letters = self._dead_letters = _upkeep.DeadLetterSweeper(queue, self._o.stalled_ms)
         self._cancels = CancelListener(queue, listen, slots.leases.values)
         supervisor.start("cancel", self._cancels.step)
-        supervisor.start("renew", renewer.step)
-        supervisor.start("stalled", checker.step)
+        if not self._o.skip_lock_renewal:
+            supervisor.start("renew", renewer.step)
+        if not self._o.skip_stalled_check:
+            supervisor.start("stalled", checker.step)
         supervisor.start("dead-letters", dead_letters.step)
         supervisor.start("fetch", slots.fetch_step)
         budget = slots.limits.time_left()

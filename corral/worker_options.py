@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral import options
@@ -15,7 +15,7 @@ from corral._imports import ProcessOptions, import_processor
 from corral._keys import QueueKeys
 from corral.bounds import check_text
 from corral.errors import InvalidOptionError
-from corral.options import MAX_SIZE_LIMIT, Duration
+from corral.options import MAX_SIZE_LIMIT, Duration, Retention
 from corral.retry import BackoffStrategy, RetryPolicy
 
 
@@ -48,6 +48,10 @@ class WorkerOptions:
     strict: bool
     #: Where jobs this worker fails for good go when their opts name no DLQ ("": nowhere).
     dead_letter_queue: str = ""
+    #: ``removeOnComplete``/``removeOnFail`` for jobs whose opts give none (BullMQ's names).
+    retention_defaults: Mapping[str, Retention] = field(default_factory=dict)
+    skip_stalled_check: bool = False
+    skip_lock_renewal: bool = False
 
     @classmethod
     def build(
@@ -78,6 +82,10 @@ class WorkerOptions:
         max_jobs_per_child: int | None,
         strict: bool,
         dead_letter_queue: str | None = None,
+        remove_on_complete: Retention | None = None,
+        remove_on_fail: Retention | None = None,
+        skip_stalled_check: bool = False,
+        skip_lock_renewal: bool = False,
     ) -> WorkerOptions:
         """Check every argument of ``Worker``; raise the first error, naming it.
 
@@ -131,7 +139,23 @@ class WorkerOptions:
             dead_letter_queue=""
             if dead_letter_queue is None
             else options.check_dead_letter_queue(dead_letter_queue, queue_name),
+            retention_defaults={
+                key: options.check_retention(option, value)
+                for key, option, value in (
+                    ("removeOnComplete", "remove_on_complete", remove_on_complete),
+                    ("removeOnFail", "remove_on_fail", remove_on_fail),
+                )
+                if value is not None
+            },
+            skip_stalled_check=_flag("skip_stalled_check", skip_stalled_check),
+            skip_lock_renewal=_flag("skip_lock_renewal", skip_lock_renewal),
         )
+
+
+def _flag(option: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidOptionError(f"{option} must be True or False, got {value!r}")
+    return value
 
 
 def _retry_policy(

@@ -146,6 +146,22 @@ EXPECTED = {
         "replay of: {'queue': 'payments-dead', 'id': 'payments-1', 'jobId': '1'}",
         "purged: 1",
     ],
+    "fastapi_app.py": [
+        "before a worker runs: 202 waiting",
+        "result: 200 {'thumbnail': 'cat.png@64w'}",
+        "status: completed",
+        "bad width: 422 width must be positive, got 0",
+        "unknown job: 404",
+        "worker exit code: 0",
+    ],
+    "flask_app.py": [
+        "before a worker runs: 202 waiting",
+        "worker: 1 completed, 1 failed",
+        "status: completed",
+        "result: 200 {'report': 'q3.pdf', 'rows': 42}",
+        "too big: 422 too many rows: 1000000",
+        "unknown job: 404",
+    ],
     "processors.py": [
         "failed job says: width must be a positive integer, got -1",
         "attempts made: 1",

@@ -546,8 +546,12 @@ async def test_a_plain_function_waits_and_steps_with_the_blocking_job(
         await until(parked(r, job.id), "parked")
         # The park is on the server before the processor has left: wait for the slot.
         await until(idle(worker), "the slot freed")
-        with Queue("q", connection=redis_url) as blocking:
-            assert blocking.signal(job.id, "approval", "y") == "woken"
+
+        def signal_blocking() -> str:  # the blocking API, off the event loop
+            with Queue("q", connection=redis_url) as blocking:
+                return blocking.signal(job.id, "approval", "y")
+
+        assert await asyncio.to_thread(signal_blocking) == "woken"
         assert await job.wait_until_finished(timeout=15) == ["d", "y"]
     finally:
         await worker.stop()

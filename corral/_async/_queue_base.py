@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from redis.asyncio import Redis
@@ -12,7 +14,14 @@ from corral._async._redis import Connectable, LazyClient, running_loop
 from corral._async.job import AsyncJob
 from corral._keys import DEFAULT_PREFIX, QueueKeys
 from corral._scripts import Script
+from corral._version import __version__
 from corral.bounds import names_a_job
+
+#: ``meta.version`` and ``meta.x-version``, written at a queue's first add (Node's Queue writes
+#: its own when it starts): the BullMQ release whose data layout corral writes, which is what
+#: ``version`` tells BullMQ ("the version that produced this queue's data"), and corral's own
+#: version in a field BullMQ never writes.
+META_VERSION = ("bullmq:6.7.0", f"corral:{__version__}")
 
 
 class AsyncQueueBase:
@@ -45,6 +54,11 @@ class AsyncQueueBase:
         self._caller_loop: object = None
         #: Reply timeout of the script calls when the client sets none (a worker sets it).
         self._reply_timeout: float | None = None
+        #: The client that wrote ``meta.version`` for this queue object (see stamp_meta).
+        self._stamped: Redis | None = None
+        #: A worker's ``removeOnComplete``/``removeOnFail``, for the jobs of its queue whose
+        #: opts give none (BullMQ's names; set by the worker on its own queue object).
+        self._retention_defaults: Mapping[str, Any] = {}
 
     @property
     def _connection(self) -> Connectable:
@@ -90,6 +104,12 @@ class AsyncQueueBase:
         self._caller_loop = running_loop()
         return self._caller
 
+    async def _stamp_meta(self) -> None:
+        """Write ``meta.version`` after this queue object's first add (see stamp_meta): after,
+        so that an add refused (a missing parent...) still writes nothing."""
+        if self._stamped is None or self._stamped is not self._clients.current:
+            await stamp_meta(await self.client(), [self])
+
     def _bind(self, job_id: str, fields: dict[str, str], token: str | None = None) -> AsyncJob:
         job = AsyncJob.from_hash(self.name, job_id, fields, token=token)
         job.queue = self
@@ -112,6 +132,33 @@ class AsyncQueueBase:
             self._caller = self._caller_client = None
 
     async def close(self) -> None:
-        """Close the client, unless it was given by the caller."""
+        """Close the client, unless it was given by the caller; a call after this raises
+        :class:`~corral.errors.ClosedError`."""
         await self._clients.close()
         self._close_caller()  # a caller of an ended loop is dropped (ScriptCaller.close)
+
+    async def _release(self) -> None:
+        """Close the connections but stay usable: a flow producer's own queues, which the
+        jobs it returned keep using after it closes (they connect again when used)."""
+        await self.close()
+        self._clients.closed = False
+
+
+async def stamp_meta(client: Redis, queues: Iterable[AsyncQueueBase]) -> None:
+    """Write :data:`META_VERSION` into the ``meta`` of each queue object that has not written
+    it on this client, in one round trip: once per object, as a Node Queue writes it once
+    when it starts. Best effort: the field only informs, so a failure is left to the add
+    that follows (it meets the same server) and the next add tries again."""
+    todo = {id(q): q for q in queues if q._stamped is not client}
+    if not todo:
+        return
+    with contextlib.suppress(Exception):
+        async with client.pipeline(transaction=False) as pipe:
+            for queue in todo.values():
+                pipe.hset(
+                    queue.keys.meta,
+                    mapping={"version": META_VERSION[0], "x-version": META_VERSION[1]},
+                )
+            await pipe.execute()
+        for queue in todo.values():
+            queue._stamped = client

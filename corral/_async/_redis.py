@@ -4,6 +4,7 @@ server once; :mod:`corral._async._calls` runs the scripts on it."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,6 +19,7 @@ from corral._async._cluster import (
 )
 from corral._async._sentinel import open_sentinel_client
 from corral._keys import slot_of
+from corral._signals import warn_if_loop_runs
 from corral.connection import (
     ClusterSettings,
     is_cluster_url,
@@ -26,6 +28,7 @@ from corral.connection import (
     parse_sentinel_url,
 )
 from corral.errors import (
+    ClosedError,
     ConfigurationError,
     CrossSlotError,
     InvalidOptionError,
@@ -172,6 +175,10 @@ async def check_server(client: Redis, *, strict: bool = False, owned: bool = Tru
         raise
 
 
+#: True in the blocking twin of this module (corral._sync._redis, generated from it).
+BLOCKING = not inspect.iscoroutinefunction(check_server)
+
+
 def running_loop() -> object:
     """The caller's event loop (``None`` in the blocking twin, which has none)."""
     return asyncio.get_running_loop()
@@ -219,9 +226,18 @@ class LazyClient:
     """
 
     def __init__(
-        self, connection: Connectable, *, strict: bool = False, slot_key: str | None = None
+        self,
+        connection: Connectable,
+        *,
+        strict: bool = False,
+        slot_key: str | None = None,
+        owner: str = "Queue",
     ) -> None:
         self.connection = check_connection(connection, slot_key=slot_key)
+        #: What the client is for, as the warning of the blocking twin names it.
+        self.owner = owner
+        #: After close(): what uses the client raises ClosedError instead of opening one.
+        self.closed = False
         self.strict = strict
         #: ``prefix:name`` of the queue (a flow producer's prefix): on a cluster, the client
         #: goes to the master of its hash slot.
@@ -244,8 +260,12 @@ class LazyClient:
         return loop
 
     async def get(self) -> Redis:
+        if self.closed:
+            raise ClosedError(f"this {self.owner} is closed: make a new one to use it again")
         loop = self._follow_loop()
         if self.current is None:
+            if BLOCKING:
+                warn_if_loop_runs(self.owner)
             client = await open_client_off_loop(self.connection, slot_key=self.slot_key)
             owned = client is not self.connection
             await check_server(client, strict=self.strict, owned=owned)
@@ -262,7 +282,8 @@ class LazyClient:
         self._loop = None
 
     async def close(self) -> None:
-        """Close the client if corral opened it."""
+        """Close the client if corral opened it; from now on :meth:`get` raises."""
+        self.closed = True
         self._follow_loop()
         if self.owned:
             assert self.current is not None

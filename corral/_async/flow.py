@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from asyncio import sleep
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from corral import _flow_chunks, _scripts, _telemetry, options
 from corral._adds import MAX_ADD_RETRIES, add_retry_delay, may_resend
 from corral._async._calls import run_atomically, run_script
+from corral._async._queue_base import stamp_meta
 from corral._async._redis import Connectable, LazyClient
 from corral._async.job import AsyncJob
 from corral._async.queue import AsyncQueue, external_parents
@@ -38,9 +39,11 @@ from corral.flow_job import (
     FlowJob,
     FlowNode,
     JobNode,
+    QueueDefaults,
     UnfinishedFlow,
     breadth_first,
     check_ids,
+    check_queues_options,
     flow_nodes,
 )
 
@@ -95,7 +98,9 @@ class AsyncFlowProducer:
         self.prefix = options.check_prefix(prefix)
         self._telemetry = _telemetry.resolve(telemetry)
         self.add_retries = options.int_option("add_retries", add_retries, 0, MAX_ADD_RETRIES)
-        self._clients = LazyClient(connection, strict=strict, slot_key=self.prefix)
+        self._clients = LazyClient(
+            connection, strict=strict, slot_key=self.prefix, owner="FlowProducer"
+        )
         self._queues: dict[tuple[str, str], AsyncQueue] = {}
         self._outage = Outage("flow producer", logger)
 
@@ -132,7 +137,12 @@ class AsyncFlowProducer:
 
     # -- adding --------------------------------------------------------------------------------
 
-    async def add(self, tree: FlowJob | dict[str, Any]) -> JobNode[AsyncJob]:
+    async def add(
+        self,
+        tree: FlowJob | dict[str, Any],
+        *,
+        queues_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> JobNode[AsyncJob]:
         """Add one flow and return its jobs as a tree.
 
         Parents (nodes with children) wait in waiting-children until their children are
@@ -150,6 +160,9 @@ class AsyncFlowProducer:
         Args:
             tree: the root :class:`FlowJob`, or a dict with the keys ``name``,
                 ``queue_name``, ``data``, ``opts`` and ``children``.
+            queues_options: per queue name, ``{"default_job_options": {...}}``: options of
+                this flow's jobs in that queue where their own say nothing (BullMQ's
+                ``queuesOptions``).
 
         Raises:
             InvalidOptionError: a node was refused (the message names its path, e.g.
@@ -159,11 +172,18 @@ class AsyncFlowProducer:
             FlowAddError: a flow written in chunks stopped part-way; its parents written so
                 far were released to run with the children they got.
         """
-        return (await self._traced([flow_nodes(tree)]))[0]
+        defaults = check_queues_options(queues_options)
+        return (await self._traced([flow_nodes(tree)], defaults=defaults))[0]
 
-    async def add_bulk(self, trees: Iterable[FlowJob | dict[str, Any]]) -> list[JobNode[AsyncJob]]:
+    async def add_bulk(
+        self,
+        trees: Iterable[FlowJob | dict[str, Any]],
+        *,
+        queues_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[JobNode[AsyncJob]]:
         """Add several flows in one transaction: all of them, or (on any error) none. Flows
-        of more than ``FLOW_CHUNK_JOBS`` jobs in all are written in chunks, as by :meth:`add`.
+        of more than ``FLOW_CHUNK_JOBS`` jobs in all are written in chunks, as by :meth:`add`
+        (``queues_options`` too).
 
         Raises:
             InvalidOptionError: naming the flow's index and the node's path; nothing was
@@ -171,34 +191,36 @@ class AsyncFlowProducer:
             ParentNotFoundError: a root names a ``parent`` that does not exist.
             FlowAddError: as for :meth:`add`.
         """
+        defaults = check_queues_options(queues_options)
         roots = []
         for index, tree in enumerate(trees):
             try:
                 roots.append(flow_nodes(tree))
             except InvalidOptionError as exc:
                 raise InvalidOptionError(f"flow {index}: {exc}") from None
-        return await self._traced(roots, numbered=True)
+        return await self._traced(roots, numbered=True, defaults=defaults)
 
     async def _traced(
-        self, roots: list[FlowNode], numbered: bool = False
+        self, roots: list[FlowNode], numbered: bool = False, defaults: QueueDefaults = None
     ) -> list[JobNode[AsyncJob]]:
         if self._telemetry is None or not roots:
-            return await self._add(roots, numbered)
+            return await self._add(roots, numbered, None, defaults)
         names = [root.node.name for root in roots]
         queue = roots[0].node.queue_name
         with self._telemetry.adding_flows(queue, names, bulk=numbered) as spans:
-            return await self._add(roots, numbered, spans)
+            return await self._add(roots, numbered, spans, defaults)
 
     async def _add(
         self,
         roots: list[FlowNode],
         numbered: bool = False,
         spans: _telemetry.FlowSpans | None = None,
+        defaults: QueueDefaults = None,
     ) -> list[JobNode[AsyncJob]]:
         planned: list[Planned] = []
         for index, root in enumerate(roots):
             try:
-                tree = self._plan(root, spans)
+                tree = self._plan(root, spans, defaults)
             except InvalidOptionError as exc:
                 if numbered:
                     raise InvalidOptionError(f"flow {index}: {exc}") from None
@@ -224,9 +246,15 @@ class AsyncFlowProducer:
             replies = await self._write_at_once(client, planned, chunks[0])
         else:
             replies = await self._write_in_chunks(client, planned, chunks)
+        await stamp_meta(client, [q for _, q, _ in planned])
         return await self._built(roots, planned, replies)
 
-    def _plan(self, root: FlowNode, spans: _telemetry.FlowSpans | None = None) -> list[Planned]:
+    def _plan(
+        self,
+        root: FlowNode,
+        spans: _telemetry.FlowSpans | None = None,
+        defaults: QueueDefaults = None,
+    ) -> list[Planned]:
         """The add_job.lua ARGV of every node of a tree, parents first; raises before I/O.
         With ``spans``, each node gets a span (its parent's child) whose context it carries."""
         ids: dict[int, tuple[str, str]] = {}  # node -> (job id, qualified queue name)
@@ -234,7 +262,7 @@ class AsyncFlowProducer:
         for flow_node in breadth_first(root):
             node = flow_node.node
             queue = self._queue(node.queue_name)
-            given: dict[str, Any] = dict(node.options)
+            given: dict[str, Any] = {**(defaults or {}).get(node.queue_name, {}), **node.options}
             custom = given.get("job_id")
             job_id = custom if isinstance(custom, str) and custom else str(uuid.uuid4())
             if flow_node.parent is not None:
@@ -504,7 +532,9 @@ class AsyncFlowProducer:
     async def close(self) -> None:
         """Close the client, unless it was given by the caller."""
         for queue in self._queues.values():
-            await queue.close()  # its own connection; the client is the producer's
+            # Its own connection goes (the client is the producer's); the queue stays usable
+            # for the jobs this producer returned.
+            await queue._release()
         await self._clients.close()
         self._queues.clear()
 

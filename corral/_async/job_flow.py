@@ -8,12 +8,14 @@ keys in one MULTI so that the parts agree with each other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from corral import _codec, _scripts, clock
 from corral._async import job_removal
-from corral.errors import script_error
-from corral.flow_job import Dependencies
+from corral.bounds import MAX_COUNT, check_int
+from corral.errors import InvalidOptionError, script_error
+from corral.flow_job import Dependencies, DependencyPage
 
 if TYPE_CHECKING:
     from corral._async._queue_base import AsyncQueueBase
@@ -68,18 +70,44 @@ class AsyncJobFlowMixin:
         """The same as :meth:`get_ignored_children_failures` (BullMQ's older name)."""
         return await self.get_ignored_children_failures()
 
-    async def get_dependencies(self) -> Dependencies:
-        """Every child of this job by outcome, read atomically (BullMQ's ``getDependencies``).
+    async def get_dependencies(
+        self,
+        *,
+        processed: DependencyPage | None = None,
+        unprocessed: DependencyPage | None = None,
+        failed: DependencyPage | None = None,
+        ignored: DependencyPage | None = None,
+    ) -> Dependencies:
+        """This job's children by outcome, read atomically (BullMQ's ``getDependencies``).
 
-        This simple version has no cursors: it reads the whole of each set in one call, which
-        suits parents of up to some thousands of children. For bigger fan-outs, count with
-        :meth:`get_dependencies_count` first.
+        With no page asked for, the whole of each kind in one call (parents of up to some
+        thousands of children; count with :meth:`get_dependencies_count` first). With pages
+        (``processed={"cursor": 0, "count": 100}``...), only the kinds asked for, a page of
+        each, and ``next_<kind>_cursor`` to read the next (0 after the last): the sets and
+        hashes are read with SSCAN/HSCAN (a page may hold more or fewer than ``count``, a
+        child appears once across the pages of a read that the flow does not change),
+        ``failed`` by index.
 
         Returns:
             ``{"processed": {key: return value}, "unprocessed": [key, ...] (sorted),
             "failed": [key, ...] (fail_parent_on_failure children, in failure order),
-            "ignored": {key: failed reason}}``.
+            "ignored": {key: failed reason}}``, plus the next cursors of a read by pages.
+
+        Raises:
+            InvalidOptionError: a page that is not ``{"cursor": n >= 0, "count": n >= 1}``.
         """
+        pages = {
+            kind: _page(kind, page)
+            for kind, page in (
+                ("processed", processed),
+                ("unprocessed", unprocessed),
+                ("failed", failed),
+                ("ignored", ignored),
+            )
+            if page is not None
+        }
+        if pages:
+            return await self._dependency_pages(pages)
         client = await self.queue.client()
         key = self._key
         async with client.pipeline(transaction=True) as pipe:
@@ -87,15 +115,49 @@ class AsyncJobFlowMixin:
             pipe.smembers(key + ":dependencies")
             pipe.zrange(key + ":unsuccessful", 0, -1)
             pipe.hgetall(key + ":failed")
-            processed, unprocessed, failed, ignored = await pipe.execute()
+            done, pending, unsuccessful, failures = await pipe.execute()
         return Dependencies(
-            processed={k: _codec.loads(v) for k, v in processed.items()},
+            processed={k: _codec.loads(v) for k, v in done.items()},
             # A flow written in chunks marks a parent with a member that is no job (its key
             # ends with ':'; release_parents.lua) until its last child is written.
-            unprocessed=sorted(key for key in unprocessed if not key.endswith(":")),
-            failed=list(failed),
-            ignored=dict(ignored),
+            unprocessed=sorted(key for key in pending if not key.endswith(":")),
+            failed=list(unsuccessful),
+            ignored=dict(failures),
         )
+
+    async def _dependency_pages(self, pages: dict[str, tuple[int, int]]) -> Dependencies:
+        client = await self.queue.client()
+        key = self._key
+        async with client.pipeline(transaction=True) as pipe:
+            for kind, (cursor, count) in pages.items():
+                if kind == "processed":
+                    pipe.hscan(key + ":processed", cursor, count=count)
+                elif kind == "unprocessed":
+                    pipe.sscan(key + ":dependencies", cursor, count=count)
+                elif kind == "ignored":
+                    pipe.hscan(key + ":failed", cursor, count=count)
+                else:
+                    pipe.zrange(key + ":unsuccessful", cursor, cursor + count - 1)
+                    pipe.zcard(key + ":unsuccessful")
+            replies = iter(await pipe.execute())
+        out = Dependencies()
+        for kind, (cursor, count) in pages.items():
+            if kind == "failed":
+                keys, total = list(next(replies)), int(next(replies))
+                out["failed"] = keys
+                out["next_failed_cursor"] = cursor + count if cursor + count < total else 0
+                continue
+            after, found = next(replies)
+            if kind == "processed":
+                out["processed"] = {k: _codec.loads(v) for k, v in found.items()}
+                out["next_processed_cursor"] = int(after)
+            elif kind == "ignored":
+                out["ignored"] = dict(found)
+                out["next_ignored_cursor"] = int(after)
+            else:
+                out["unprocessed"] = sorted(k for k in found if not k.endswith(":"))
+                out["next_unprocessed_cursor"] = int(after)
+        return out
 
     async def get_dependencies_count(self) -> dict[str, int]:
         """How many children are processed, unprocessed, failed and ignored (read atomically)."""
@@ -171,3 +233,11 @@ class AsyncJobFlowMixin:
         if moved:
             self.token = None
         return bool(moved)
+
+
+def _page(kind: str, page: Any) -> tuple[int, int]:
+    """``(cursor, count)`` of a page option, or raise naming it."""
+    if not isinstance(page, Mapping) or not set(page) <= {"cursor", "count"}:
+        raise InvalidOptionError(f"{kind} must be a page {{'cursor': n, 'count': n}}, got {page!r}")
+    cursor = check_int(f"{kind}['cursor']", page.get("cursor", 0), 0, None)
+    return cursor, check_int(f"{kind}['count']", page.get("count", 20), 1, MAX_COUNT)

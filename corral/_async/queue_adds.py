@@ -235,6 +235,8 @@ class AsyncQueueAdds(AsyncQueueSchedulers):
                     calls.not_forgotten(done)
                 elif _created_any(reply):
                     calls.heard(number, resent=retries > 0)
+            if not _refused(reply):
+                await self._stamp_meta()
             return reply, acked
 
     async def _result(self, args: list[Any], reply: list[Any]) -> AsyncJob:

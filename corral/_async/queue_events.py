@@ -62,7 +62,7 @@ class AsyncQueueEvents:
         self.queue_name = queue_name
         self.keys = QueueKeys(queue_name, options.check_prefix(prefix))
         self.last_event_id = check_stream_id(last_event_id)
-        self._clients = LazyClient(connection, slot_key=self.keys.base)
+        self._clients = LazyClient(connection, slot_key=self.keys.base, owner="QueueEvents")
         self._outage = Outage(f"events {queue_name}", logger)
         self._buffer: deque[QueueEvent] = deque()
         self._closed = False

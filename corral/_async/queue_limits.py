@@ -181,11 +181,15 @@ class AsyncQueueLimits(AsyncQueueGetters):
         await client.set(self.keys.limiter, RATE_LIMITED, px=ms)
 
     async def get_rate_limit_ttl(self, max_jobs: int | None = None) -> int:
-        """Milliseconds until the queue's rate limit ends; 0 when it is not limited.
+        """Milliseconds until the queue's rate limit ends, as BullMQ's ``getRateLimitTtl``.
+
+        Without ``max_jobs`` this is the limiter key's ``PTTL`` as is: -2 when the queue
+        is not limited (no key), -1 for a key with no expiry.
 
         Args:
             max_jobs: count the queue as limited only when its window counter has reached
-                this (a worker's limiter ``max``); ``None`` reports the limiter's TTL as is.
+                this (a worker's limiter ``max``): 0 when it has not, or when the key is
+                missing or has no expiry.
 
         Raises:
             InvalidOptionError: ``max_jobs`` is not an integer >= 1.
@@ -197,7 +201,9 @@ class AsyncQueueLimits(AsyncQueueGetters):
             pipe.get(self.keys.limiter)
             pipe.pttl(self.keys.limiter)
             counter, ttl = await pipe.execute()
-        if max_jobs is not None and int(counter or 0) < max_jobs:
+        if max_jobs is None:
+            return int(ttl)
+        if int(counter or 0) < max_jobs:
             return 0
         # PTTL is -2 without the key and -1 for a key with no TTL: neither is a wait.
         return max(int(ttl), 0)

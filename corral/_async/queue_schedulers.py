@@ -166,6 +166,7 @@ class AsyncQueueSchedulers(AsyncQueueAdmin):
                 *(timing.get(name, "") for name in TIMING_FIELDS),
             ],
         )
+        await self._stamp_meta()
         job_id = _codec.text(reply[0])
         return await self.get_job(job_id) if job_id else None
 

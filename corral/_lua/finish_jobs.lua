@@ -1,7 +1,8 @@
 -- finish_jobs: end the attempts of several active jobs of one worker in one call, then take
 -- its next jobs: the worker's batched form of move_to_finished, for when many of its jobs
 -- finish at once. Each job is finished exactly as move_to_finished would (include/finish.lua);
--- one job's error code does not stop the others.
+-- one job's error code does not stop the others. A call that finished a job and leaves
+-- nothing waiting, prioritized, delayed or active emits `drained` once (include/finish.lua).
 --
 -- KEYS: the queue's keys in corral._keys order (include/keys.lua), as move_to_finished.
 -- ARGV[1]  key prefix of the queue's jobs ("bull:q:")
@@ -36,11 +37,13 @@ local n = tonumber(ARGV[12])
 dead_letter_default = ARGV[13 + n * 8] or ""
 local max_len = events_max_len()
 local out = {0, 0}
+local finished = false
 for i = 0, n - 1 do
   local a = 13 + i * 8
   out[3 + i] = finish_job(prefix, ARGV[a], ARGV[a + 1], now, ARGV[a + 2], ARGV[a + 3],
     ARGV[a + 4], tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]),
     metrics_points, max_len)
+  finished = finished or out[3 + i] >= 0
 end
 local spec = fetch_spec(3)
 if spec.count > 0 then
@@ -49,9 +52,9 @@ if spec.count > 0 then
   out[2] = taken
   if taken == 0 then
     out[1] = wake_hint(limit_ttl, prefix, now)
-    if rcall("LLEN", K_WAIT) == 0 and rcall("ZCARD", K_PRIORITIZED) == 0 then
-      emit(max_len, "drained")
-    end
   end
+end
+if out[2] == 0 and finished then
+  emit_drained_if_empty(max_len)
 end
 return out

@@ -26,6 +26,8 @@
 -- parent left with no pending child is released to wait/prioritized/delayed with an event on
 -- its own queue; this happens before the child's own `completed`/`failed` event, as BullMQ
 -- writes them. A retry leaves the parent alone.
+-- A finish that leaves nothing waiting, prioritized, delayed or active emits `drained`, as
+-- BullMQ 6.7.0 does (include/finish.lua).
 -- Returns {0, attempts_made, wake, taken, id1, token1, fields1, ...}, wake as in
 -- move_to_active.lua
 -- Error codes (first element): -1 job missing, -2 lock missing, -6 lock held by another
@@ -59,9 +61,9 @@ if spec.count > 0 then
   out[4] = taken
   if taken == 0 then
     out[3] = wake_hint(limit_ttl, prefix, now)
-    if rcall("LLEN", K_WAIT) == 0 and rcall("ZCARD", K_PRIORITIZED) == 0 then
-      emit(max_len, "drained")
-    end
   end
+end
+if out[4] == 0 then
+  emit_drained_if_empty(max_len)
 end
 return out

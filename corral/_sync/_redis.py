@@ -5,6 +5,7 @@ server once; :mod:`corral._sync._calls` runs the scripts on it."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,6 +20,7 @@ from corral._sync._cluster import (
 )
 from corral._sync._sentinel import open_sentinel_client
 from corral._keys import slot_of
+from corral._signals import warn_if_loop_runs
 from corral.connection import (
     ClusterSettings,
     is_cluster_url,
@@ -27,6 +29,7 @@ from corral.connection import (
     parse_sentinel_url,
 )
 from corral.errors import (
+    ClosedError,
     ConfigurationError,
     CrossSlotError,
     InvalidOptionError,
@@ -173,6 +176,10 @@ def check_server(client: Redis, *, strict: bool = False, owned: bool = True) -> 
         raise
 
 
+#: True in the blocking twin of this module (corral._sync._redis, generated from it).
+BLOCKING = not inspect.iscoroutinefunction(check_server)
+
+
 def running_loop() -> object:
     """The caller's event loop (``None`` in the blocking twin, which has none)."""
     return None
@@ -220,9 +227,18 @@ class LazyClient:
     """
 
     def __init__(
-        self, connection: Connectable, *, strict: bool = False, slot_key: str | None = None
+        self,
+        connection: Connectable,
+        *,
+        strict: bool = False,
+        slot_key: str | None = None,
+        owner: str = "Queue",
     ) -> None:
         self.connection = check_connection(connection, slot_key=slot_key)
+        #: What the client is for, as the warning of the blocking twin names it.
+        self.owner = owner
+        #: After close(): what uses the client raises ClosedError instead of opening one.
+        self.closed = False
         self.strict = strict
         #: ``prefix:name`` of the queue (a flow producer's prefix): on a cluster, the client
         #: goes to the master of its hash slot.
@@ -245,8 +261,12 @@ class LazyClient:
         return loop
 
     def get(self) -> Redis:
+        if self.closed:
+            raise ClosedError(f"this {self.owner} is closed: make a new one to use it again")
         loop = self._follow_loop()
         if self.current is None:
+            if BLOCKING:
+                warn_if_loop_runs(self.owner)
             client = open_client_off_loop(self.connection, slot_key=self.slot_key)
             owned = client is not self.connection
             check_server(client, strict=self.strict, owned=owned)
@@ -263,7 +283,8 @@ class LazyClient:
         self._loop = None
 
     def close(self) -> None:
-        """Close the client if corral opened it."""
+        """Close the client if corral opened it; from now on :meth:`get` raises."""
+        self.closed = True
         self._follow_loop()
         if self.owned:
             assert self.current is not None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import uuid
 from time import sleep
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from redis import Redis
@@ -26,6 +26,7 @@ from redis import Redis
 from corral import _flow_chunks, _scripts, _telemetry, options
 from corral._adds import MAX_ADD_RETRIES, add_retry_delay, may_resend
 from corral._sync._calls import run_atomically, run_script
+from corral._sync._queue_base import stamp_meta
 from corral._sync._redis import Connectable, LazyClient
 from corral._sync.job import Job
 from corral._sync.queue import Queue, external_parents
@@ -39,9 +40,11 @@ from corral.flow_job import (
     FlowJob,
     FlowNode,
     JobNode,
+    QueueDefaults,
     UnfinishedFlow,
     breadth_first,
     check_ids,
+    check_queues_options,
     flow_nodes,
 )
 
@@ -96,7 +99,9 @@ class FlowProducer:
         self.prefix = options.check_prefix(prefix)
         self._telemetry = _telemetry.resolve(telemetry)
         self.add_retries = options.int_option("add_retries", add_retries, 0, MAX_ADD_RETRIES)
-        self._clients = LazyClient(connection, strict=strict, slot_key=self.prefix)
+        self._clients = LazyClient(
+            connection, strict=strict, slot_key=self.prefix, owner="FlowProducer"
+        )
         self._queues: dict[tuple[str, str], Queue] = {}
         self._outage = Outage("flow producer", logger)
 
@@ -133,7 +138,12 @@ class FlowProducer:
 
     # -- adding --------------------------------------------------------------------------------
 
-    def add(self, tree: FlowJob | dict[str, Any]) -> JobNode[Job]:
+    def add(
+        self,
+        tree: FlowJob | dict[str, Any],
+        *,
+        queues_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> JobNode[Job]:
         """Add one flow and return its jobs as a tree.
 
         Parents (nodes with children) wait in waiting-children until their children are
@@ -151,6 +161,9 @@ class FlowProducer:
         Args:
             tree: the root :class:`FlowJob`, or a dict with the keys ``name``,
                 ``queue_name``, ``data``, ``opts`` and ``children``.
+            queues_options: per queue name, ``{"default_job_options": {...}}``: options of
+                this flow's jobs in that queue where their own say nothing (BullMQ's
+                ``queuesOptions``).
 
         Raises:
             InvalidOptionError: a node was refused (the message names its path, e.g.
@@ -160,11 +173,18 @@ class FlowProducer:
             FlowAddError: a flow written in chunks stopped part-way; its parents written so
                 far were released to run with the children they got.
         """
-        return (self._traced([flow_nodes(tree)]))[0]
+        defaults = check_queues_options(queues_options)
+        return (self._traced([flow_nodes(tree)], defaults=defaults))[0]
 
-    def add_bulk(self, trees: Iterable[FlowJob | dict[str, Any]]) -> list[JobNode[Job]]:
+    def add_bulk(
+        self,
+        trees: Iterable[FlowJob | dict[str, Any]],
+        *,
+        queues_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[JobNode[Job]]:
         """Add several flows in one transaction: all of them, or (on any error) none. Flows
-        of more than ``FLOW_CHUNK_JOBS`` jobs in all are written in chunks, as by :meth:`add`.
+        of more than ``FLOW_CHUNK_JOBS`` jobs in all are written in chunks, as by :meth:`add`
+        (``queues_options`` too).
 
         Raises:
             InvalidOptionError: naming the flow's index and the node's path; nothing was
@@ -172,34 +192,36 @@ class FlowProducer:
             ParentNotFoundError: a root names a ``parent`` that does not exist.
             FlowAddError: as for :meth:`add`.
         """
+        defaults = check_queues_options(queues_options)
         roots = []
         for index, tree in enumerate(trees):
             try:
                 roots.append(flow_nodes(tree))
             except InvalidOptionError as exc:
                 raise InvalidOptionError(f"flow {index}: {exc}") from None
-        return self._traced(roots, numbered=True)
+        return self._traced(roots, numbered=True, defaults=defaults)
 
     def _traced(
-        self, roots: list[FlowNode], numbered: bool = False
+        self, roots: list[FlowNode], numbered: bool = False, defaults: QueueDefaults = None
     ) -> list[JobNode[Job]]:
         if self._telemetry is None or not roots:
-            return self._add(roots, numbered)
+            return self._add(roots, numbered, None, defaults)
         names = [root.node.name for root in roots]
         queue = roots[0].node.queue_name
         with self._telemetry.adding_flows(queue, names, bulk=numbered) as spans:
-            return self._add(roots, numbered, spans)
+            return self._add(roots, numbered, spans, defaults)
 
     def _add(
         self,
         roots: list[FlowNode],
         numbered: bool = False,
         spans: _telemetry.FlowSpans | None = None,
+        defaults: QueueDefaults = None,
     ) -> list[JobNode[Job]]:
         planned: list[Planned] = []
         for index, root in enumerate(roots):
             try:
-                tree = self._plan(root, spans)
+                tree = self._plan(root, spans, defaults)
             except InvalidOptionError as exc:
                 if numbered:
                     raise InvalidOptionError(f"flow {index}: {exc}") from None
@@ -225,9 +247,15 @@ class FlowProducer:
             replies = self._write_at_once(client, planned, chunks[0])
         else:
             replies = self._write_in_chunks(client, planned, chunks)
+        stamp_meta(client, [q for _, q, _ in planned])
         return self._built(roots, planned, replies)
 
-    def _plan(self, root: FlowNode, spans: _telemetry.FlowSpans | None = None) -> list[Planned]:
+    def _plan(
+        self,
+        root: FlowNode,
+        spans: _telemetry.FlowSpans | None = None,
+        defaults: QueueDefaults = None,
+    ) -> list[Planned]:
         """The add_job.lua ARGV of every node of a tree, parents first; raises before I/O.
         With ``spans``, each node gets a span (its parent's child) whose context it carries."""
         ids: dict[int, tuple[str, str]] = {}  # node -> (job id, qualified queue name)
@@ -235,7 +263,7 @@ class FlowProducer:
         for flow_node in breadth_first(root):
             node = flow_node.node
             queue = self._queue(node.queue_name)
-            given: dict[str, Any] = dict(node.options)
+            given: dict[str, Any] = {**(defaults or {}).get(node.queue_name, {}), **node.options}
             custom = given.get("job_id")
             job_id = custom if isinstance(custom, str) and custom else str(uuid.uuid4())
             if flow_node.parent is not None:
@@ -505,7 +533,9 @@ class FlowProducer:
     def close(self) -> None:
         """Close the client, unless it was given by the caller."""
         for queue in self._queues.values():
-            queue.close()  # its own connection; the client is the producer's
+            # Its own connection goes (the client is the producer's); the queue stays usable
+            # for the jobs this producer returned.
+            queue._release()
         self._clients.close()
         self._queues.clear()
 

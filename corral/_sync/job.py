@@ -54,6 +54,8 @@ class Job(
     #: Set by the worker that runs the job, to emit its local ``progress`` event; called with
     #: the job (not a closure over it: a job referring to itself would live until a GC pass).
     _on_progress: Callable[[Any, Any], Any] | None = None
+    #: Set by :meth:`discard`: this attempt is the last, whatever attempts are left.
+    _discarded: bool = False
 
     def _token(self, token: str | None) -> str:
         if token is None:
@@ -62,6 +64,22 @@ class Job(
 
     # -- finishing an attempt (used by Worker; public for manual processing) ---------------
 
+    def discard(self) -> None:
+        """Make this attempt the last: if it fails, the job fails for good, attempts left or
+        not (older BullMQ's ``Job.discard``; Node 6.7.0's ``Job`` has none, and raising
+        :class:`~corral.errors.UnrecoverableError` does the same). Nothing is written: it
+        holds for this job object, in this attempt (in a thread too; not in a child process
+        of ``processes=N``, where ``UnrecoverableError`` does it)."""
+        self._discarded = True
+
+    def _retention(self, option: str) -> Any:
+        """The job's own ``option`` (``False`` included: it keeps the job), else its worker's
+        default (see QueueBase._retention_defaults), as BullMQ 6.7.0 chooses."""
+        if option in self.opts:
+            return self.opts[option]
+        queue = getattr(self, "queue", None)
+        return None if queue is None else queue._retention_defaults.get(option)
+
     def completion(self, return_value: Any = None, token: str | None = None) -> list[Any]:
         """The values that finish this attempt as completed (finish_jobs.lua's per-job
         ARGV); see :meth:`move_to_completed`.
@@ -69,7 +87,7 @@ class Job(
         Raises:
             TypeError: the return value is not JSON serializable.
         """
-        keep, max_age = retention_limits(self.opts.get("removeOnComplete"))
+        keep, max_age = retention_limits(self._retention("removeOnComplete"))
         value = _codec.dumps(return_value)
         return [self.id, self._token(token), "completed", value, "", keep, max_age, 0]
 
@@ -85,13 +103,14 @@ class Job(
         # An error from a child process brings the child's traceback: that is where it was.
         remote = getattr(error, "remote_traceback", None)
         trace = remote if isinstance(remote, str) else "".join(traceback.format_exception(error))
-        stack = [*self.stacktrace, storable_text(trace)]
+        # Without the traceback's last newline, as a JavaScript `err.stack` that Node stores.
+        stack = [*self.stacktrace, storable_text(trace.rstrip("\n"))]
         stacktrace = _codec.dumps(stack[-limit:] if limit > 0 else [])
-        delay = policy.retry_delay(self, error)
+        delay = None if self._discarded else policy.retry_delay(self, error)
         if delay is not None:
             delay = bounded_delay(delay, clock.now_ms())
         if delay is None:
-            outcome, retention, delay = "failed", self.opts.get("removeOnFail"), 0
+            outcome, retention, delay = "failed", self._retention("removeOnFail"), 0
         else:
             outcome, retention = "retry", None
         keep, max_age = retention_limits(retention)

@@ -236,6 +236,8 @@ class QueueAdds(QueueSchedulers):
                     calls.not_forgotten(done)
                 elif _created_any(reply):
                     calls.heard(number, resent=retries > 0)
+            if not _refused(reply):
+                self._stamp_meta()
             return reply, acked
 
     def _result(self, args: list[Any], reply: list[Any]) -> Job:

@@ -123,6 +123,7 @@ COUNTABLE = {
     "waiting": "wait",
     "wait": "wait",
     "paused": "paused",
+    "repeat": "repeat",
 }
 #: States kept in lists (LLEN); the others are sorted sets (ZCARD).
 LIST_STATES = frozenset({"waiting", "wait", "paused", "active"})
@@ -143,7 +144,8 @@ class QueueGetters(QueueBase, StateGetters):
         """How many jobs are in each state (all of BullMQ's states when none are named).
 
         Counts are keyed by the names asked for, as in BullMQ: ``"wait"`` and ``"waiting"``
-        both count the wait list; ``"paused"`` counts the legacy paused list (0 in 6.x).
+        both count the wait list; ``"paused"`` counts the legacy paused list (0 in 6.x);
+        ``"repeat"`` counts the job schedulers.
 
         Raises:
             InvalidOptionError: an unknown state name.
@@ -164,6 +166,21 @@ class QueueGetters(QueueBase, StateGetters):
                     pipe.zcard(key)
             counts = pipe.execute()
         return {state: int(n) for state, n in zip(wanted, counts, strict=True)}
+
+    def get_job_count_by_types(self, *types: str) -> int:
+        """How many jobs are in the states named, together (BullMQ's ``getJobCountByTypes``;
+        every state of :meth:`get_job_counts` when none are named).
+
+        A name given twice counts once, but ``"wait"`` and ``"waiting"`` are two names of the
+        wait list and count it twice, as BullMQ 6.7.0 does.
+
+        Raises:
+            InvalidOptionError: an unknown state name (BullMQ counts it as 0).
+        """
+        for state in types:
+            if not isinstance(state, str):
+                raise InvalidOptionError(f"a state name must be a str, got {state!r}")
+        return sum((self.get_job_counts(*dict.fromkeys(types))).values())
 
     def get_jobs(
         self,
@@ -347,6 +364,11 @@ class QueueGetters(QueueBase, StateGetters):
         """
         client = self.client()
         return workers_in(client.client_list(), self.prefix, self.name)
+
+    def get_workers_count(self) -> int:
+        """How many workers of this queue are connected (BullMQ's ``getWorkersCount``): the
+        length of :meth:`get_workers`, Node and Python workers alike."""
+        return len(self.get_workers())
 
 
 def workers_in(entries: list[dict[str, str]], prefix: str, name: str) -> list[dict[str, str]]:

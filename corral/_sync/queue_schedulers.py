@@ -167,6 +167,7 @@ class QueueSchedulers(QueueAdmin):
                 *(timing.get(name, "") for name in TIMING_FIELDS),
             ],
         )
+        self._stamp_meta()
         job_id = _codec.text(reply[0])
         return self.get_job(job_id) if job_id else None
 

@@ -589,7 +589,8 @@ async def test_global_rate_limit(queue: AsyncQueue, r: redis.Redis) -> None:
 
 
 async def test_rate_limit_and_its_ttl(queue: AsyncQueue, r: redis.Redis) -> None:
-    assert await queue.get_rate_limit_ttl() == 0
+    assert await queue.get_rate_limit_ttl() == -2  # no limiter key, as BullMQ answers
+    assert await queue.get_rate_limit_ttl(max_jobs=1) == 0
     await queue.rate_limit(2)
     assert r.get("bull:q:limiter") == "9007199254740991"
     assert 0 < r.pttl("bull:q:limiter") <= 2000
@@ -598,8 +599,9 @@ async def test_rate_limit_and_its_ttl(queue: AsyncQueue, r: redis.Redis) -> None
     r.set("bull:q:limiter", 3, px=5000)  # a worker limiter's counter in its window
     assert await queue.get_rate_limit_ttl(max_jobs=5) == 0
     assert 0 < await queue.get_rate_limit_ttl(max_jobs=3) <= 5000
-    r.set("bull:q:limiter", 3)  # no TTL: not a wait
-    assert await queue.get_rate_limit_ttl() == 0
+    r.set("bull:q:limiter", 3)  # no TTL: BullMQ's -1, and not a wait for a worker
+    assert await queue.get_rate_limit_ttl() == -1
+    assert await queue.get_rate_limit_ttl(max_jobs=2) == 0
 
 
 async def test_trim_events(queue: AsyncQueue, r: redis.Redis) -> None:

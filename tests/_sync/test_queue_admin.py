@@ -590,7 +590,8 @@ def test_global_rate_limit(queue: Queue, r: redis.Redis) -> None:
 
 
 def test_rate_limit_and_its_ttl(queue: Queue, r: redis.Redis) -> None:
-    assert queue.get_rate_limit_ttl() == 0
+    assert queue.get_rate_limit_ttl() == -2  # no limiter key, as BullMQ answers
+    assert queue.get_rate_limit_ttl(max_jobs=1) == 0
     queue.rate_limit(2)
     assert r.get("bull:q:limiter") == "9007199254740991"
     assert 0 < r.pttl("bull:q:limiter") <= 2000
@@ -599,8 +600,9 @@ def test_rate_limit_and_its_ttl(queue: Queue, r: redis.Redis) -> None:
     r.set("bull:q:limiter", 3, px=5000)  # a worker limiter's counter in its window
     assert queue.get_rate_limit_ttl(max_jobs=5) == 0
     assert 0 < queue.get_rate_limit_ttl(max_jobs=3) <= 5000
-    r.set("bull:q:limiter", 3)  # no TTL: not a wait
-    assert queue.get_rate_limit_ttl() == 0
+    r.set("bull:q:limiter", 3)  # no TTL: BullMQ's -1, and not a wait for a worker
+    assert queue.get_rate_limit_ttl() == -1
+    assert queue.get_rate_limit_ttl(max_jobs=2) == 0
 
 
 def test_trim_events(queue: Queue, r: redis.Redis) -> None:

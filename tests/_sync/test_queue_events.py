@@ -45,7 +45,12 @@ def drain_events(events: QueueEvents, limit: int = 10_000) -> list[QueueEvent]:
 def without_ids(events: list[QueueEvent]) -> list[tuple[Any, ...]]:
     out = []
     for e in events:
-        fields = [getattr(e, f.name) for f in dataclasses.fields(e) if f.name != "event_id"]
+        fields = [
+            getattr(e, f.name)
+            for f in dataclasses.fields(e)
+            # Added.actor is None for a job without provenance: left out, as the entry has none.
+            if f.name != "event_id" and not (f.name == "actor" and e.actor is None)  # type: ignore[attr-defined]
+        ]
         out.append((type(e).__name__, *fields))
     return out
 
@@ -84,6 +89,9 @@ def test_events_corral_produces_arrive_typed(
     r.sadd("bull:q:stalled", stuck)
     r.delete(f"bull:q:{stuck}:lock")
     queue._run(_scripts.CHECK_STALLED, [queue._job_prefix, now_ms(), 1000])
+    last = queue.get_job(take())
+    assert last is not None
+    last.move_to_completed(None, last.token)  # the queue is empty after it
 
     events = QueueEvents("q", connection=redis_url, last_event_id="0")
     seen = drain_events(events)
@@ -97,7 +105,7 @@ def test_events_corral_produces_arrive_typed(
         ("Active", "j1", "waiting"),
         ("Progress", "j1", {"pct": 50}),
         ("Completed", "j1", {"ok": True}, "active"),
-        ("Drained",),
+        # No ("Drained",): job 3 is still delayed, and BullMQ 6.7.0 writes none then.
         ("Added", "4", "b"),
         ("Waiting", "4", None),
         ("Active", "4", "waiting"),
@@ -112,6 +120,9 @@ def test_events_corral_produces_arrive_typed(
         ("Active", "5", "waiting"),
         ("Waiting", "5", "active"),
         ("Stalled", "5"),
+        ("Active", "5", "waiting"),
+        ("Completed", "5", None, "active"),
+        ("Drained",),
     ]
     ids = [e.event_id for e in seen]
     assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))))

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from corral import AsyncJob, AsyncQueue, AsyncQueueEvents, Worker
-from corral.events import QueueEvent
+from corral import AsyncJob, AsyncQueue, AsyncQueueEvents, Worker, provenance
+from corral.events import Added, QueueEvent
 from tests.interop.conftest import Node
 from tests.test_worker import drive, finished
 
@@ -33,7 +33,7 @@ def as_node_args(event: QueueEvent) -> dict[str, Any]:
         if f.name == "event_id":
             continue
         value = getattr(event, f.name)
-        if value is None and f.name == "prev":
+        if value is None and f.name in ("prev", "actor"):
             continue  # Node leaves out a field the entry does not have
         args[NODE_NAMES.get(f.name, f.name)] = value
     return args
@@ -70,7 +70,8 @@ async def test_node_queue_events_hears_corral(node: Node, redis_url: str) -> Non
     async with AsyncQueue("ev", connection=redis_url) as queue:
         await queue.add("ok", {"n": 1}, job_id="ok-1")
         await queue.add("ok", {"n": 1}, job_id="ok-1")  # duplicated
-        await queue.add("bad", {"n": 2})
+        async with provenance(actor="user:42"):  # its added event names the actor
+            await queue.add("bad", {"n": 2})
         await drive(Worker("ev", process, connection=redis_url), finished(queue, 2))
         later = await queue.add("later", {}, delay=3600)
         await queue.pause()
@@ -82,6 +83,7 @@ async def test_node_queue_events_hears_corral(node: Node, redis_url: str) -> Non
         heard = (await asyncio.to_thread(Node.result, listener))["events"]
 
     assert [e.name for e in ours] == [e["event"] for e in heard]
+    assert [e.actor for e in ours if isinstance(e, Added)] == [None, "user:42", None]
     assert {e.name for e in ours} >= {
         "added", "waiting", "duplicated", "active", "progress", "completed", "failed",
         "retries-exhausted", "drained", "delayed", "paused", "resumed", "removed", "cleaned",

@@ -1,6 +1,20 @@
 -- Adding one job (add_job.lua, and each job of add_jobs.lua). Needs include/keys, events,
 -- scores, remove.
 
+-- The actor of the provenance record in a job's opts JSON (corral._provenance: opts["x-prov"]
+-- .actor), or nil. Only opts that name the record are decoded: other adds pay one find.
+local function provenance_actor(opts)
+  if not string.find(opts, '"x-prov"', 1, true) then
+    return nil
+  end
+  local ok, decoded = pcall(cjson.decode, opts)
+  local record = ok and type(decoded) == "table" and decoded["x-prov"]
+  if type(record) == "table" and type(record.actor) == "string" then
+    return record.actor
+  end
+  return nil
+end
+
 -- Adds one job: arg(i) gives what add_job.lua calls ARGV[i] (add_job passes ARGV itself,
 -- add_jobs a reader of each job's record). Returns add_job.lua's answer (a table, or -7 when
 -- the parent is missing). In a batch (add_jobs), a debounced add that deleted the delayed
@@ -100,7 +114,12 @@ local function add_one(prefix, arg, max_len)
       batch.meta = true
     end
   end
-  emit(max_len, "added", "jobId", job_id, "name", arg(3))
+  local actor = provenance_actor(arg(5))
+  if actor then
+    emit(max_len, "added", "jobId", job_id, "name", arg(3), "actor", actor)
+  else
+    emit(max_len, "added", "jobId", job_id, "name", arg(3))
+  end
 
   if arg(12) == "1" then
     rcall("ZADD", K_WAITING_CHILDREN, arg(6), job_id)

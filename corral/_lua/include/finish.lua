@@ -82,3 +82,13 @@ local function finish_job(prefix, job_id, token, now, outcome, value, stacktrace
   end
   return attempts_made
 end
+
+-- Event `drained` once a finish leaves the queue with nothing to run or running: no job
+-- waiting, prioritized, delayed or active (BullMQ 6.7.0 writes it then, with or without a
+-- fetch-next, and not while another job is active or a delayed one is pending).
+local function emit_drained_if_empty(max_len)
+  if rcall("LLEN", K_WAIT) == 0 and rcall("ZCARD", K_PRIORITIZED) == 0
+      and rcall("ZCARD", K_DELAYED) == 0 and rcall("LLEN", K_ACTIVE) == 0 then
+    emit(max_len, "drained")
+  end
+end
