@@ -72,6 +72,7 @@ from corral.errors import (
 )
 from corral.flow_job import FlowJob, JobNode, UnfinishedFlow
 from corral.job import JobRecord, JobState
+from corral.options import Backoff, Duration, JobOptionsDict, ParentOptions, Retention
 from corral.schedule import JobScheduler, JobTemplate
 from corral.stream_items import StreamEnd, StreamItem
 from corral.worker import Worker
@@ -84,6 +85,7 @@ __all__ = [
     "AsyncQueue",
     "AsyncQueueEvents",
     "AsyncShardedQueue",
+    "Backoff",
     "Breaker",
     "BreakerOpen",
     "BreakerState",
@@ -98,6 +100,7 @@ __all__ = [
     "DeadLetterQueue",
     "DeadlineExceeded",
     "DelayedError",
+    "Duration",
     "FlowAddError",
     "FlowJob",
     "FlowProducer",
@@ -110,6 +113,7 @@ __all__ = [
     "JobLockedError",
     "JobNode",
     "JobNotFoundError",
+    "JobOptionsDict",
     "JobRecord",
     "JobScheduler",
     "JobState",
@@ -123,6 +127,7 @@ __all__ = [
     "NotActiveError",
     "NotDurableError",
     "ParentNotFoundError",
+    "ParentOptions",
     "ProcessorImportError",
     "Provenance",
     "ProvenanceHop",
@@ -130,6 +135,7 @@ __all__ = [
     "QueueBusyError",
     "QueueEvents",
     "RateLimitError",
+    "Retention",
     "RunSummary",
     "ServerNotAvailable",
     "ServerReplyError",

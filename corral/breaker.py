@@ -243,7 +243,9 @@ class Breaker:
                     f"{self!r} was given a blocking client: use it with `with`, or give it a "
                     "URL or an asyncio client for `async with`"
                 )
-            self._async = async_redis.LazyClient(self._connection, slot_key=self._slot_key)
+            self._async = async_redis.LazyClient(
+                self._connection, slot_key=self._slot_key, owner="Breaker"
+            )
         return await self._async.get()
 
     def _client_sync(self) -> redis.Redis:

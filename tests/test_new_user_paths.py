@@ -66,3 +66,12 @@ async def test_closed_async_objects_raise_instead_of_reconnecting(redis_url: str
     events = AsyncQueueEvents("q", connection=redis_url)
     await events.close()
     assert await events.next_event(timeout=0.01) is None
+
+
+def test_the_option_types_come_from_corral_itself() -> None:
+    import corral
+    from corral import options
+
+    for name in ("Backoff", "Duration", "JobOptionsDict", "ParentOptions", "Retention"):
+        assert getattr(corral, name) is getattr(options, name), name
+        assert name in corral.__all__

@@ -180,11 +180,15 @@ async def test_every_kind_of_add_carries_the_scope(redis_url: str, r: redis.Redi
     assert plain.provenance is None
     expected = Provenance(actor="user:42", on_behalf_of="user:7", tenant="acme")
     jobs: list[AsyncJob] = [one, *bulk, tree.job, children[0].job]
-    for job in jobs:
-        again = await (a if job.queue_name == "a" else b).get_job(job.id)
-        assert again is not None and again.provenance == expected, job.name
-        assert again.provenance.verified, job.name
-        assert job.provenance == expected  # the job add() returned says the same
+    async with (
+        AsyncQueue("a", connection=redis_url) as a,
+        AsyncQueue("b", connection=redis_url) as b,
+    ):
+        for job in jobs:
+            again = await (a if job.queue_name == "a" else b).get_job(job.id)
+            assert again is not None and again.provenance == expected, job.name
+            assert again.provenance.verified, job.name
+            assert job.provenance == expected  # the job add() returned says the same
     assert stored(r, "a", one.id) == {
         "actor": "user:42",
         "onBehalfOf": "user:7",

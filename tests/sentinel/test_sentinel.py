@@ -32,9 +32,13 @@ async def test_queue_worker_and_events_through_the_sentinels(deployment: Deploym
             finally:
                 await _twins.close_async(twin)
                 _twins.close_sync(sync)
-        with Queue("q", connection=url) as sync_queue:  # the blocking API's own pool
-            sync_queue.add("b", {"x": 2})
-            assert sync_queue.get_job_counts("wait") == {"wait": 2}
+
+        def blocking() -> dict[str, int]:  # the blocking API's own pool, off the event loop
+            with Queue("q", connection=url) as sync_queue:
+                sync_queue.add("b", {"x": 2})
+                return sync_queue.get_job_counts("wait")
+
+        assert await asyncio.to_thread(blocking) == {"wait": 2}
         events = AsyncQueueEvents("q", connection=url, last_event_id="0-0")
         seen: list[str] = []
 
