@@ -264,8 +264,12 @@ def parse_queues(values: tuple[str, ...], borrow: bool) -> str | dict[str, int]:
     return lanes
 
 
-def _import_processor(spec: str) -> None:
+def _import_processor(spec: str, app_dir: str | None) -> None:
     from corral._imports import import_processor
+
+    if app_dir is not None:
+        # First on sys.path, as uvicorn's --app-dir; child processes inherit sys.path.
+        sys.path.insert(0, os.path.abspath(app_dir))
     from corral.errors import ProcessorImportError
 
     try:
@@ -276,6 +280,12 @@ def _import_processor(spec: str) -> None:
 
 @click.command("worker", cls=OneLineCommand)
 @click.argument("processor")
+@click.option(
+    "--app-dir",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="Import PROCESSOR's module from this directory [default: the current directory].",
+)
 @click.option(
     "--queue",
     "-q",
@@ -366,6 +376,7 @@ def _import_processor(spec: str) -> None:
 @cli_errors
 def worker_command(
     processor: str,
+    app_dir: str | None,
     queue_name: tuple[str, ...],
     borrow: bool,
     spare: int,
@@ -401,7 +412,7 @@ def worker_command(
     with worker_logging(log_level, log_format.lower()) as formatter:
         # Logging first: a processor module that calls logging.basicConfig() at import
         # then adds no second handler.
-        _import_processor(processor)
+        _import_processor(processor, app_dir)
         queues = parse_queues(queue_name, borrow)
         lanes: dict[str, Any] = {"borrow": borrow, "spare": spare}
         if not isinstance(queues, dict):

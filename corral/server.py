@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import hashlib
 import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -54,6 +55,8 @@ __all__ = [
     "status",
     "stop",
 ]
+
+logger = logging.getLogger("corral.server")
 
 #: Data directory used when neither an argument nor ``CORRAL_DATA_DIR`` names one.
 DEFAULT_DATA_DIR = ".corral"
@@ -279,6 +282,14 @@ def _start_locked(d: Path, sock: Path, timeout: float) -> int:
         raise ServerNotAvailable(
             f"{binary} did not answer on {sock} within {timeout}s" + _log_tail(d)
         )
+    # A server outlives the process that started it: say where it is, and how to stop it.
+    logger.info(
+        "started the embedded server pid=%s data_dir=%s (it keeps running; stop it with "
+        "`corral server stop --data-dir %s`)",
+        pid,
+        d,
+        d,
+    )
     return pid
 
 

@@ -480,3 +480,60 @@ def test_timestamps_are_utc_with_milliseconds() -> None:
 )
 def test_error_text_is_one_line(error: BaseException, text: str) -> None:
     assert error_text(error) == text
+
+
+# -- where the processor comes from --------------------------------------------------------------
+
+
+def getting_started_worker_command() -> list[str]:
+    """The `corral worker` line of docs/getting-started.md, as its words."""
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    lines = [line for line in page.splitlines() if line.startswith("corral worker ")]
+    assert len(lines) == 1, lines
+    return lines[0].split()[2:]
+
+
+@pytest.mark.timeout(90)
+def test_the_getting_started_worker_command_works_from_the_repository_root(
+    redis_url: str,
+) -> None:
+    with Queue("images", connection=redis_url) as queue:
+        queue.obliterate(force=True)
+        good = queue.add("resize", {"path": "cat.png", "width": 320})
+        bad = queue.add("resize", {"path": "dog.png", "width": -1}, attempts=3)
+        done = worker(*getting_started_worker_command(), "--burst", "--url", redis_url)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1].endswith(
+            " corral worker: drained: 1 completed, 1 failed, 0 retried"
+        )
+        finished = queue.get_job(good.id)
+        assert finished is not None and finished.returnvalue == {"path": "cat.png", "width": 320}
+        refused = queue.get_job(bad.id)
+        assert refused is not None and refused.attempts_made == 1  # UnrecoverableError
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("processes", [[], ["--processes", "1"]], ids=["threads", "children"])
+def test_app_dir_is_where_the_processor_module_is_imported_from(
+    redis_url: str, tmp_path: Path, processes: list[str]
+) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "appdir_jobs.py").write_text("def double(job):\n    return job.data * 2\n")
+    queue_name = f"appdir-{len(processes)}"
+    spec = ["appdir_jobs:double", "-q", queue_name, "--burst", "--url", redis_url]
+    # Not importable from the current directory (the repository root) ...
+    refused = worker(*spec)
+    assert "cannot import 'appdir_jobs'" in one_error_line(refused, 2)
+    with Queue(queue_name, connection=redis_url) as queue:
+        job = queue.add("double", 21)
+        # ... but from --app-dir, in this process and in child processes alike.
+        done = worker(*spec, "--app-dir", str(app), *processes)
+        assert done.returncode == 0, done.stderr
+        finished = queue.get_job(job.id)
+        assert finished is not None and finished.returnvalue == 42
+
+
+def test_app_dir_must_be_a_directory(tmp_path: Path) -> None:
+    done = worker("m:f", "-q", "q", "--app-dir", str(tmp_path / "missing"))
+    assert "--app-dir" in one_error_line(done, 2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -131,6 +132,22 @@ def test_aof_survives_sigkill_and_stale_pid_is_replaced(data_dir: Path) -> None:
         job = queue.get_job("1")
         assert job is not None and job.data == {"kept": "across kill -9"}
         assert queue.get_job_counts("waiting") == {"waiting": 1}
+
+
+@needs_binary
+@pytest.mark.timeout(40)
+def test_starting_the_server_logs_where_it_is_and_a_second_use_does_not(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="corral.server")
+    url = server.ensure_server(data_dir)
+    started = [r.getMessage() for r in caplog.records if r.name == "corral.server"]
+    assert len(started) == 1, started
+    assert f"pid={_pidfile(data_dir)} data_dir={data_dir} " in started[0]
+    assert f"corral server stop --data-dir {data_dir}" in started[0]
+    caplog.clear()
+    assert server.ensure_server(data_dir) == url  # already running: nothing to say
+    assert [r for r in caplog.records if r.name == "corral.server"] == []
 
 
 @needs_binary
