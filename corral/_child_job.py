@@ -59,6 +59,8 @@ class _State:
         self.calls = 0
         self.lock = threading.Lock()
         self.warn_eof = False
+        #: The seq of the job whose processor called ``discard()``: its failure is final.
+        self.discarded = -1
 
 
 _STATE = _State()
@@ -144,7 +146,7 @@ def _fail_frame(seq: int, exc: BaseException) -> bytes:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     except Exception:  # a __str__ that raises, met again by the formatting
         text = f"{_type_name(exc)} (its traceback cannot be formatted)"
-    unrecoverable = isinstance(exc, UnrecoverableError)
+    unrecoverable = isinstance(exc, UnrecoverableError) or _STATE.discarded == seq
     return _frame(
         [
             "fail",
@@ -255,6 +257,11 @@ class ChildJob(JobRecord):
             raise JobTimeoutWarning(_soft_message(self))
         return _reply_value(reply)
 
+    def discard(self) -> None:
+        """Make this attempt the last: if it fails, the job fails for good (see
+        ``Job.discard``). Nothing is sent: the failure says so when it is reported."""
+        _STATE.discarded = _STATE.seq
+
     def update_progress(self, progress: int | float | dict[str, Any] | list[Any]) -> None:
         """Store the job's progress (see ``Job.update_progress``)."""
         self._call("update_progress", [progress])
@@ -315,6 +322,11 @@ class AsyncChildJob(JobRecord):
         finally:
             link.calls.pop(call, None)
         return _reply_value(reply)
+
+    def discard(self) -> None:
+        """Make this attempt the last: if it fails, the job fails for good (see
+        ``AsyncJob.discard``). Nothing is sent: the failure says so when it is reported."""
+        _STATE.discarded = _STATE.seq
 
     async def update_progress(self, progress: int | float | dict[str, Any] | list[Any]) -> None:
         """Store the job's progress (see ``AsyncJob.update_progress``)."""

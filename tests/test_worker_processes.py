@@ -74,6 +74,22 @@ async def test_an_error_in_a_child_keeps_its_message_and_traceback(
     assert (never.failed_reason, never.attempts_made) == ("give up", 1)
 
 
+@pytest.mark.parametrize("spec", [ACT, ASYNC_ACT], ids=["sync", "async"])
+async def test_discard_in_a_child_makes_the_failing_attempt_the_last(
+    queue: AsyncQueue, redis_url: str, spec: str
+) -> None:
+    job = await queue.add("discard", {"do": "discard"}, attempts=3)
+    after = await queue.add("raise", {"do": "raise", "value": 1}, attempts=2)  # not discarded
+    summary = await run_burst(redis_url, spec, processes=1)
+    done = await queue.get_job(job.id)
+    assert done is not None
+    assert (done.failed_reason, done.attempts_made) == ("no use retrying", 1)
+    assert "ValueError: no use retrying" in done.stacktrace[-1]
+    retried = await queue.get_job(after.id)
+    assert retried is not None and retried.attempts_made == 2  # the next job is not discarded
+    assert summary.failed == 2
+
+
 async def test_an_async_processor_runs_in_a_child_too(queue: AsyncQueue, redis_url: str) -> None:
     job = await queue.add("calls", {"do": "calls"})
     assert (await run_burst(redis_url, ASYNC_ACT, processes=1)).completed == 1

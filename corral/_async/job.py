@@ -67,8 +67,8 @@ class AsyncJob(
         """Make this attempt the last: if it fails, the job fails for good, attempts left or
         not (older BullMQ's ``Job.discard``; Node 6.7.0's ``Job`` has none, and raising
         :class:`~corral.errors.UnrecoverableError` does the same). Nothing is written: it
-        holds for this job object, in this attempt (in a thread too; not in a child process
-        of ``processes=N``, where ``UnrecoverableError`` does it)."""
+        holds for this job object, in this attempt (in a thread and in a child process of
+        ``processes=N`` too)."""
         self._discarded = True
 
     def _retention(self, option: str) -> Any:
