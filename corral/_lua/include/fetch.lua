@@ -151,18 +151,36 @@ local function take_jobs(out, prefix, now, spec, max_len)
         rcall("PEXPIRE", K_LIMITER, limit_ms)
       end
     end
-    local guard = rcall("HMGET", job_key, "stc", "defa", "ats")
-    if (tonumber(guard[1]) or 0) > spec.max_stalled then
+    -- One read of the hash: the guards' fields come from the HGETALL the worker gets anyway
+    -- (a call less per job than an HMGET of them).
+    local flat = rcall("HGETALL", job_key)
+    local stc, defa, ats = 0, nil, 0
+    for i = 1, #flat, 2 do
+      local field = flat[i]
+      if field == "stc" then
+        stc = tonumber(flat[i + 1]) or 0
+      elseif field == "defa" then
+        defa = flat[i + 1]
+      elseif field == "ats" then
+        ats = tonumber(flat[i + 1]) or 0
+      end
+    end
+    if stc > spec.max_stalled then
       fail_at_fetch(prefix, job_id, job_key, "job stalled more than allowable limit", now, max_len)
-    elseif guard[2] then
-      fail_at_fetch(prefix, job_id, job_key, guard[2], now, max_len)
+    elseif defa then
+      fail_at_fetch(prefix, job_id, job_key, defa, now, max_len)
     else
       local token = spec.token_base .. ":" .. (spec.token_seq + taken)
       rcall("SET", job_key .. ":lock", token, "PX", spec.lock_ms)
       -- ats is counted with the HSET (read above) rather than by HINCRBY: one call less.
-      local ats = (tonumber(guard[3]) or 0) + 1
+      ats = ats + 1
+      local n = #flat
+      -- The fields written now, appended to what was read: pairs read later win, as in a
+      -- dict built from the flat list.
+      flat[n + 1], flat[n + 2], flat[n + 3], flat[n + 4] = "processedOn", fmt(now), "ats", fmt(ats)
       if spec.worker ~= "" then
         rcall("HSET", job_key, "processedOn", now, "ats", ats, "pb", spec.worker)
+        flat[n + 5], flat[n + 6] = "pb", spec.worker
       else
         rcall("HSET", job_key, "processedOn", now, "ats", ats)
       end
@@ -170,7 +188,7 @@ local function take_jobs(out, prefix, now, spec, max_len)
       taken = taken + 1
       out[#out + 1] = job_id
       out[#out + 1] = token
-      out[#out + 1] = rcall("HGETALL", job_key)
+      out[#out + 1] = flat
     end
   end
   if taken > 0 and (rcall("LLEN", K_WAIT) > 0 or rcall("ZCARD", K_PRIORITIZED) > 0) then
