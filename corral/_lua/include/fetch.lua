@@ -122,6 +122,7 @@ local function take_jobs(out, prefix, now, spec, max_len)
     count = math.min(count, limit_max - used)
   end
   local taken = 0
+  local now_text = fmt(now)
   -- Parked jobs that are due (signalled, or their wait timed out) go first, straight from
   -- delayed to active (include/parked.lua).
   local woken, next_woken = due_parked(prefix, now, count), 1
@@ -177,12 +178,13 @@ local function take_jobs(out, prefix, now, spec, max_len)
       local n = #flat
       -- The fields written now, appended to what was read: pairs read later win, as in a
       -- dict built from the flat list.
-      flat[n + 1], flat[n + 2], flat[n + 3], flat[n + 4] = "processedOn", fmt(now), "ats", fmt(ats)
+      flat[n + 1], flat[n + 2] = "processedOn", now_text
+      flat[n + 3], flat[n + 4] = "ats", tostring(ats)
       if spec.worker ~= "" then
-        rcall("HSET", job_key, "processedOn", now, "ats", ats, "pb", spec.worker)
+        rcall("HSET", job_key, "processedOn", now_text, "ats", ats, "pb", spec.worker)
         flat[n + 5], flat[n + 6] = "pb", spec.worker
       else
-        rcall("HSET", job_key, "processedOn", now, "ats", ats)
+        rcall("HSET", job_key, "processedOn", now_text, "ats", ats)
       end
       emit(max_len, "active", "jobId", job_id, "prev", prev)
       taken = taken + 1
