@@ -25,14 +25,23 @@ from redis import Redis
 
 from corral import _flow_chunks, _scripts, _telemetry, options
 from corral._adds import MAX_ADD_RETRIES, add_retry_delay, may_resend
-from corral._sync._calls import run_atomically, run_script
+from corral._sync._calls import run_atomically
 from corral._sync._queue_base import stamp_meta
 from corral._sync._redis import Connectable, LazyClient
+from corral._sync.flow_reader import (
+    MAX_CHILDREN,
+    Call,
+    job_key_of,
+    read_flow,
+    release_flow,
+    release_parents,
+    unfinished_flows,
+)
 from corral._sync.job import Job
 from corral._sync.queue import Queue, external_parents
 from corral._sync.queue_adds import missing_parent
 from corral._flow_chunks import Chunk, flow_add_error
-from corral._keys import DEFAULT_PREFIX, split_job_key
+from corral._keys import DEFAULT_PREFIX
 from corral._supervisor import Outage
 from corral.clock import now_ms
 from corral.errors import InvalidOptionError, ParentNotFoundError
@@ -50,13 +59,8 @@ from corral.flow_job import (
 
 logger = logging.getLogger("corral.flow")
 
-#: ``get_flow``'s default cap on the children read per kind (pending, processed...) and node.
-MAX_CHILDREN = 1000
-
 #: One node as planned: where it is in the tree, its queue, and its add_job.lua ARGV.
 Planned = tuple[FlowNode, Queue, list[Any]]
-#: One script call of a transaction: the script, its KEYS and its ARGV.
-Call = tuple[_scripts.Script, list[str], list[Any]]
 
 
 class FlowProducer:
@@ -289,7 +293,7 @@ class FlowProducer:
                 ) from None
             ids[id(flow_node)] = (args[1], queue.keys.base)
             planned.append((flow_node, queue, args))
-        check_ids([(node, _job_key(args), args[9]) for node, _, args in planned])
+        check_ids([(node, job_key_of(args), args[9]) for node, _, args in planned])
         return planned
 
     def _write_at_once(
@@ -312,7 +316,7 @@ class FlowProducer:
         flow_id = uuid.uuid4().hex
         outside = set(external_parents(args for _, _, args in planned))
         started = now_ms()
-        root_key = _job_key(planned[0][2])
+        root_key = job_key_of(planned[0][2])
         trees = sum(1 for node, _, _ in planned if node.parent is None)
         replies: list[Any] = []
         for k, chunk in enumerate(chunks):
@@ -389,30 +393,17 @@ class FlowProducer:
     def _release_call(
         self, planned: list[Planned], flow_id: str, record: str, chunk: Chunk
     ) -> Call:
-        mark = [_job_key(planned[i][2]) for i in chunk.mark]
-        done = [_job_key(planned[i][2]) for i in chunk.done]
+        mark = [job_key_of(planned[i][2]) for i in chunk.mark]
+        done = [job_key_of(planned[i][2]) for i in chunk.done]
         return release_parents(planned[0][1], flow_id, record, mark, done)
 
     def _release_after_failure(self, queue: Queue, flow_id: str) -> bool:
         try:
-            self._release_flow(queue, flow_id)
+            release_flow(self.client(), queue, flow_id)
         except Exception as exc:  # the server is away: the record tells an operator
             logger.warning("flow %s: its parents could not be released: %s", flow_id, exc)
             return False
         return True
-
-    def _release_flow(self, queue: Queue, flow_id: str) -> int:
-        client = self.client()
-        marked = queue.keys.key(f"x-flow:{flow_id}")
-        released = 0
-        while True:
-            # A batch per call, so that a flow of many parents does not hold the server.
-            batch: list[str] = client.srandmember(marked, _flow_chunks.FLOW_CHUNK_JOBS)  # type: ignore[assignment]
-            script, keys, args = release_parents(queue, flow_id, "", [], list(batch))
-            run_script(client, script, keys, args)
-            if not batch:  # the call above dropped the record
-                return released
-            released += len(batch)
 
     def _built(
         self, roots: list[FlowNode], planned: list[Planned], replies: list[Any]
@@ -448,14 +439,7 @@ class FlowProducer:
         parents with :meth:`release_unfinished_flow`, or remove its root job to drop what
         was written of it.
         """
-        client = self.client()
-        queue = self._queue(queue_name)
-        raw: dict[str, str] = client.hgetall(queue.keys.key("x-flow:adding"))  # type: ignore[assignment]
-        flows = []
-        for flow_id, text in raw.items():
-            marked = int(client.scard(queue.keys.key(f"x-flow:{flow_id}")))
-            flows.append(_flow_chunks.unfinished(flow_id, text, marked))
-        return sorted(flows, key=lambda flow: (flow.started_ms, flow.flow_id))
+        return unfinished_flows(self.client(), self._queue(queue_name))
 
     def release_unfinished_flow(self, queue_name: str, flow_id: str) -> int:
         """Let the parents of an unfinished flow run with the children they got.
@@ -473,7 +457,7 @@ class FlowProducer:
             How many parents were still marked.
         """
         options.check_name("flow_id", flow_id, colon=False)
-        return self._release_flow(self._queue(queue_name), flow_id)
+        return release_flow(self.client(), self._queue(queue_name), flow_id)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -505,28 +489,7 @@ class FlowProducer:
         job = self._queue(queue_name).get_job(job_id)
         if job is None:
             return None
-        return self._read(job, depth, max_children)
-
-    def _read(self, job: Job, depth: int, max_children: int) -> JobNode[Job]:
-        node = JobNode(job, state=job.get_state())
-        if depth <= 0:
-            return node
-        deps = job.get_dependencies()
-        keys = [
-            *deps["unprocessed"][:max_children],
-            *sorted(deps["processed"])[:max_children],
-            *sorted(deps["ignored"])[:max_children],
-            *deps["failed"][:max_children],
-        ]
-        for key in dict.fromkeys(keys):
-            if key.endswith(":"):  # a chunked flow's mark (release_parents.lua), not a job
-                continue
-            prefix, name, child_id = split_job_key(key)
-            child = self._queue(name, prefix).get_job(child_id)
-            if child is not None:
-                node.children.append(self._read(child, depth - 1, max_children))
-        node.children.sort(key=lambda n: (n.job.timestamp, n.job.id))
-        return node
+        return read_flow(self._queue, job, depth, max_children)
 
     # -- closing -------------------------------------------------------------------------------
 
@@ -544,16 +507,3 @@ class FlowProducer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _job_key(args: list[Any]) -> str:
-    """The full key of the job an add_job.lua ARGV adds (a flow's ids are always given)."""
-    return f"{args[0]}{args[1]}"
-
-
-def release_parents(
-    queue: Queue, flow_id: str, record: str, mark: list[str], done: list[str]
-) -> Call:
-    """A call of release_parents.lua for a flow whose (first) root is in ``queue``."""
-    keys = [queue.keys.key("x-flow:adding"), queue.keys.key(f"x-flow:{flow_id}")]
-    return (_scripts.RELEASE_PARENTS, keys, [now_ms(), flow_id, record, len(mark), *mark, *done])
