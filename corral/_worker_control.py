@@ -1,6 +1,6 @@
 """What changes a worker as it runs: its concurrency, pausing and resuming it, its running
 state, and the queue's rate limit (BullMQ's ``Worker.concurrency``, ``pause``/``resume``/
-``isPaused``/``isRunning``/``rateLimit``).
+``isPaused``/``isRunning``/``rateLimit``), and manual fetching (``get_next_job``).
 
 A mixin of :class:`~corral.worker.Worker`: pausing one worker stops its fetching (the
 queue is untouched: other workers go on, and nothing is written), lets the jobs it runs
@@ -15,9 +15,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from corral import options
+from corral._async.queue_schedulers import schedule_next_iteration
 from corral.options import Duration
 
 if TYPE_CHECKING:
+    from corral._async.job import AsyncJob
     from corral._async.queue import AsyncQueue
     from corral._runners import Runner
     from corral._slots import Slots
@@ -109,3 +111,21 @@ class WorkerControl:
         for part in self._parts():
             queue: Any = part._queue or await part._open()
             await queue.rate_limit(duration)
+
+    # -- manual fetching -----------------------------------------------------------------
+
+    async def get_next_job(self) -> AsyncJob | None:
+        """Take one job without a processor (manual processing); ``None`` when none is ready.
+
+        Finish it with ``job.move_to_completed(value)`` or ``job.move_to_failed(error)``, and
+        renew its lock with ``job.extend_lock(seconds)`` if it runs long.
+        """
+        queue = await self._open()
+        assert queue is not None
+        fetched, _ = await self._slots.move_to_active(queue, 1)
+        if not fetched:
+            return None
+        job = queue._bind(fetched[0].job_id, fetched[0].fields, token=fetched[0].token)
+        if job.repeat_job_key:
+            await schedule_next_iteration(job.queue, job)
+        return job

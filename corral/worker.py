@@ -27,10 +27,8 @@ from typing import Any
 
 from corral import _telemetry, _upkeep, options
 from corral._async._redis import Connectable
-from corral._async.job import AsyncJob
 from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._async.queue import AsyncQueue
-from corral._async.queue_schedulers import schedule_next_iteration
 from corral._burst import RunLimits, RunSummary
 from corral._cancels import CancelListener
 from corral._connections import DEFAULT_REPLY_TIMEOUT_S as DEFAULT_REPLY_TIMEOUT_S
@@ -485,24 +483,6 @@ class Worker(WorkerControl):
     @property
     def keys_marker(self) -> str:
         return f"{self.prefix}:{self.queue_name}:marker"
-
-    # -- manual fetching -----------------------------------------------------------------
-
-    async def get_next_job(self) -> AsyncJob | None:
-        """Take one job without a processor (manual processing); ``None`` when none is ready.
-
-        Finish it with ``job.move_to_completed(value)`` or ``job.move_to_failed(error)``, and
-        renew its lock with ``job.extend_lock(seconds)`` if it runs long.
-        """
-        queue = await self._open()
-        assert queue is not None
-        fetched, _ = await self._slots.move_to_active(queue, 1)
-        if not fetched:
-            return None
-        job = queue._bind(fetched[0].job_id, fetched[0].fields, token=fetched[0].token)
-        if job.repeat_job_key:
-            await schedule_next_iteration(job.queue, job)
-        return job
 
 
 def _tally(count: Callable[[str], None], supervisor: Supervisor, outcome: str) -> None:
