@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 NODE_DIR := tests/interop
+# Older Node BullMQ (4.x and 5.x), which still writes legacy repeatable jobs: tests only.
+LEGACY_DIR := $(NODE_DIR)/legacy
 
 .PHONY: demo test lint typecheck unasync pytest docs clean chromium
 
@@ -21,6 +23,10 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 
 $(NODE_DIR)/node_modules/.installed: $(NODE_DIR)/package.json
 	npm install --prefix $(NODE_DIR) --no-package-lock --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(LEGACY_DIR)/node_modules/.installed: $(LEGACY_DIR)/package.json
+	npm install --prefix $(LEGACY_DIR) --no-package-lock --no-audit --no-fund --loglevel=error
 	touch $@
 
 demo: $(VENV)/.installed-demo
@@ -47,7 +53,8 @@ chromium:
 	  echo "could not install chromium: tests/browser will skip (and fail under CI)" >&2; \
 	fi
 
-pytest: $(VENV)/.installed-dev $(NODE_DIR)/node_modules/.installed chromium
+pytest: $(VENV)/.installed-dev $(NODE_DIR)/node_modules/.installed \
+		$(LEGACY_DIR)/node_modules/.installed chromium
 	$(BIN)/python -m pytest
 
 # The docs site (mkdocs.yml) into site/; --strict fails on a broken link, anchor or docstring.
@@ -64,4 +71,4 @@ bench: $(VENV)/.installed-dev $(NODE_DIR)/node_modules/.installed
 	$(BIN)/python -m bench.lanes
 
 clean:
-	rm -rf $(VENV) $(NODE_DIR)/node_modules .mypy_cache .ruff_cache .pytest_cache site
+	rm -rf $(VENV) $(NODE_DIR)/node_modules $(LEGACY_DIR)/node_modules .mypy_cache .ruff_cache .pytest_cache site

@@ -12,7 +12,7 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from corral._breaker_state import BREAKERS_KEY, breaker_names
 from corral.bounds import (
@@ -28,6 +28,9 @@ from corral.bounds import (
 )
 from corral.dedup import NO_DEDUP_ARGS, Dedup, DedupSpec, check_dedup, check_idempotency
 from corral.errors import InvalidOptionError
+
+if TYPE_CHECKING:
+    from corral.repeat import RepeatOptions
 
 __all__ = [
     "MAX_JOB_ID_LENGTH",
@@ -303,6 +306,8 @@ class JobOptionsDict(TypedDict, total=False):
     soft_timeout: Duration
     dead_letter_queue: str
     breakers: Collection[str]
+    #: ``add`` only: make a job scheduler (corral.repeat, docs/schedulers.md).
+    repeat: RepeatOptions
 
 
 OPTION_NAMES = frozenset(JobOptionsDict.__annotations__)
@@ -355,6 +360,11 @@ class JobOptions:
                 hint = difflib.get_close_matches(unknown[0], OPTION_NAMES, n=1)
                 also = f" (did you mean {hint[0]!r}?)" if hint else ""
                 raise InvalidOptionError(f"unknown job option {unknown[0]!r}{also}")
+        if "repeat" in options or "repeat" in (defaults or {}):
+            raise InvalidOptionError(
+                "repeat makes a job scheduler: it is an option of add() alone, not of "
+                "add_bulk, flows, default_job_options or a scheduler's template"
+            )
         for per_job in ("job_id", "parent", "deduplication", "idempotency_key", "timestamp"):
             if per_job in (defaults or {}):
                 raise InvalidOptionError(

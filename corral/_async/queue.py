@@ -13,6 +13,7 @@ from corral._async._redis import Connectable, check_same_slot
 from corral._async.job import AsyncJob
 from corral._async.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._async.queue_adds import AsyncQueueAdds, missing_parent
+from corral._async.queue_repeatable import AsyncQueueRepeatable
 from corral._async.queue_signal import AsyncQueueSignals
 from corral._async.queue_stream import AsyncQueueStreamMixin
 from corral._durable import Durability, check_acknowledged
@@ -31,7 +32,7 @@ BulkItem = tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]
 logger = logging.getLogger("corral.queue")
 
 
-class AsyncQueue(AsyncQueueAdds, AsyncQueueStreamMixin, AsyncQueueSignals):
+class AsyncQueue(AsyncQueueAdds, AsyncQueueRepeatable, AsyncQueueStreamMixin, AsyncQueueSignals):
     """A queue in BullMQ 6.x's layout.
 
     Args:

@@ -14,6 +14,7 @@ from corral._sync._redis import Connectable, check_same_slot
 from corral._sync.job import Job
 from corral._sync.job_data import DEFAULT_MAX_LOG_LINE_BYTES, DEFAULT_MAX_PROGRESS_BYTES
 from corral._sync.queue_adds import QueueAdds, missing_parent
+from corral._sync.queue_repeatable import QueueRepeatable
 from corral._sync.queue_signal import QueueSignals
 from corral._sync.queue_stream import QueueStreamMixin
 from corral._durable import Durability, check_acknowledged
@@ -32,7 +33,7 @@ BulkItem = tuple[str, Any] | tuple[str, Any, Mapping[str, Any]]
 logger = logging.getLogger("corral.queue")
 
 
-class Queue(QueueAdds, QueueStreamMixin, QueueSignals):
+class Queue(QueueAdds, QueueRepeatable, QueueStreamMixin, QueueSignals):
     """A queue in BullMQ 6.x's layout.
 
     Args:

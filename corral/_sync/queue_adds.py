@@ -19,6 +19,7 @@ from corral import _codec, _scripts, _telemetry, options
 from corral._adds import AddCalls, add_retry_delay, may_resend
 from corral._sync._redis import check_same_slot
 from corral._sync.job import Job
+from corral._sync.queue_repeatable import add_repeatable
 from corral._sync.queue_schedulers import QueueSchedulers
 from corral._durable import Durability, check_acknowledged
 from corral._provenance import PROVENANCE_KEY, active_trace_carrier, stamp
@@ -160,6 +161,11 @@ class QueueAdds(QueueSchedulers):
         ``durable_replicas`` replicas have the job (``WAIT``), so that a failover cannot lose
         it (see docs/deployment.md, "Durability").
 
+        ``repeat={"pattern": "0 * * * *"}`` (or ``{"every": seconds}``, with ``tz``, ``limit``,
+        ``start_date``, ``end_date``, ``immediately``, ``key``) makes a job scheduler of this
+        job instead and returns its first run: see ``corral.repeat.parse_repeat`` and
+        docs/schedulers.md, "Repeatable jobs from older BullMQ".
+
         Raises:
             InvalidOptionError: an option or the data was refused; nothing was written.
             ParentNotFoundError: the parent does not exist; nothing was written.
@@ -169,6 +175,8 @@ class QueueAdds(QueueSchedulers):
                 reached (or refused) after ``add_retries`` resends; the job may have been
                 created if the last error was a lost connection.
         """
+        if "repeat" in options:
+            return add_repeatable(self, name, data, options)
         if self._telemetry is None:
             return self._add(name, data, durable, options)
         with self._telemetry.adding(self.name, name) as span:

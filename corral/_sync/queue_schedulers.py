@@ -21,6 +21,7 @@ from corral._sync._queue_base import QueueBase
 from corral._sync.job import Job
 from corral._sync.queue_admin import QueueAdmin
 from corral._sync.queue_getters import check_int
+from corral._sync.queue_repeatable import adopt_legacy
 from corral._provenance import PROVENANCE_KEY, stamp
 from corral.bounds import MAX_TIMESTAMP_MS
 from corral.errors import InvalidOptionError
@@ -235,20 +236,33 @@ def schedule_next_iteration(
     Workers call this as they take a job whose hash has ``rjk``. It does nothing (returns
     ``None``) when ``job`` is no longer its scheduler's current iteration (taken again after
     a stall, replaced by an upsert), when the scheduler is gone, or when its ``limit`` or
-    ``end_date`` stops it; so calling it twice creates one iteration.
+    ``end_date`` stops it; so calling it twice creates one iteration. A run of a repeatable
+    job an older BullMQ added (``rjk`` names a legacy entry) first makes that entry a
+    scheduler (``queue_repeatable.adopt_legacy``), so it goes on with the job's data.
 
     Returns:
         The id of the iteration created, or ``None``.
     """
     scheduler_id = job.repeat_job_key
     prev = _run_ms(job) if scheduler_id else None
-    if scheduler_id is None or prev is None:
+    if scheduler_id is None:
         return None
     client = queue.client()
     key = queue.keys.key(f"repeat:{scheduler_id}")
     for _ in range(3):  # again only if an upsert changed the timing meanwhile
         fields: dict[str, str] = client.hgetall(key)  # type: ignore[assignment]
-        if not fields:
+        if "ic" not in fields:
+            # No scheduler hash (every 6.x one has ic): maybe a repeatable job an older
+            # BullMQ added, whose next run its workers made. It goes on as a scheduler.
+            adopted = adopt_legacy(queue, job, now_ms=now_ms)
+            if adopted is None:
+                return None
+            scheduler_id, prev = adopted
+            key = queue.keys.key(f"repeat:{scheduler_id}")
+            fields = client.hgetall(key)  # type: ignore[assignment]
+            if "ic" not in fields:
+                return None
+        if prev is None:
             return None
         schedule = Schedule.from_fields(fields)
         repeat = job.opts.get("repeat")
