@@ -121,3 +121,17 @@ async def test_giving_back_with_no_matching_job_changes_nothing(
     assert await queue._run(_scripts.RELEASE_FETCHED, [queue._job_prefix, "wk", 0, 5]) == []
     assert await queue._run(_scripts.RELEASE_FETCHED, [queue._job_prefix, "wk", 6, 3]) == []
     assert r.lrange("bull:w:active", 0, -1) == [job_id]
+
+
+@pytest.mark.parametrize("stray", ["0:1733212345678", "gone"], ids=["old-marker", "removed"])
+async def test_a_fetch_drops_an_id_without_a_job_and_takes_the_next(
+    queue: AsyncQueue, r: redis.Redis, stray: str
+) -> None:
+    job = await queue.add("a")
+    # An id in wait with no job hash: a marker BullMQ 4 pushed there, or a job deleted by
+    # hand. It must not be locked, left in active, or given a hash of its own.
+    r.rpush("bull:w:wait", stray)
+    assert await fetch(queue, 2) == [job.id]
+    assert r.lrange("bull:w:active", 0, -1) == [job.id]
+    assert r.exists(f"bull:w:{stray}", f"bull:w:{stray}:lock") == 0
+    assert r.llen("bull:w:wait") == 0

@@ -166,7 +166,11 @@ local function take_jobs(out, prefix, now, spec, max_len)
         ats = tonumber(flat[i + 1]) or 0
       end
     end
-    if stc > spec.max_stalled then
+    if #flat == 0 then
+      -- An id with no job hash (removed by force, or a marker an old BullMQ pushed into
+      -- wait): dropped, never locked, and no hash is made for it.
+      rcall("LREM", K_ACTIVE, -1, job_id)
+    elseif stc > spec.max_stalled then
       fail_at_fetch(prefix, job_id, job_key, "job stalled more than allowable limit", now, max_len)
     elseif defa then
       fail_at_fetch(prefix, job_id, job_key, defa, now, max_len)
