@@ -114,6 +114,7 @@ async def until(check: Any) -> None:
 
 
 async def main() -> None:
+    await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
     worker = Worker("agents", agent, connection=URL, concurrency=1)
     running = asyncio.create_task(worker.run_async())
     transport = httpx.ASGITransport(app=app)

@@ -49,6 +49,9 @@ async def main() -> None:
     logging.getLogger("corral.worker").setLevel(logging.WARNING)
 
     async with AsyncQueue("payments-demo") as queue:
+        # Start afresh: the embedded server keeps the last run's jobs and breaker states.
+        await queue.obliterate(force=True)
+        await payments.reset()
         jobs = [await queue.add("charge", {"amount": 10 * n}, attempts=5) for n in range(1, 6)]
         worker = Worker("payments-demo", charge, concurrency=1)
         running = asyncio.create_task(worker.run_async())
@@ -69,6 +72,7 @@ async def main() -> None:
 
         # A job that names the breakers it needs is checked before it runs.
         llm = Breaker("llm", failures=1, cooldown=0.5)
+        await llm.reset()  # closed, whatever the last run left
         try:
             async with llm:
                 raise TimeoutError("model API: no answer")

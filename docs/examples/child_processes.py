@@ -8,6 +8,7 @@ from corral import AsyncQueue, Worker
 
 async def main() -> None:
     async with AsyncQueue("cpu-demo") as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         primes = await queue.add("primes", {"below": 1_000_000})
         crash = await queue.add("crash", {})
         forever = await queue.add("forever", {}, timeout=0.5)

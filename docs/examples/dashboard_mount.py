@@ -18,6 +18,7 @@ URL = os.environ.get("CORRAL_REDIS_URL")  # the tests give their server; else th
 TOKEN = "a-long-random-token"
 
 with Queue("invoices", connection=URL) as queue:
+    queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
     queue.add("render", {"n": 1})
 
 dashboard = create_app(connection=URL, auth=TOKEN)

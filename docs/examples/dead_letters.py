@@ -13,19 +13,25 @@ def charge(job):
     return {"charged": job.data["cents"]}
 
 
-with Queue("payments", dead_letter_queue="payments-dead") as payments:
+with (
+    Queue("payments", dead_letter_queue="payments-dead") as payments,
+    DeadLetterQueue("payments-dead") as dlq,
+):
+    # Start empty: the embedded server keeps the last run's jobs and dead letters.
+    payments.obliterate(force=True)
+    dlq.purge()
+
     job = payments.add("charge", {"cents": 1250}, attempts=2, remove_on_fail=True)
     Worker("payments", charge).run(burst=True)  # fails twice: no attempts left
     print("still stored:", payments.get_job(job.id) is not None)
 
-    with DeadLetterQueue("payments-dead") as dlq:
-        [letter] = dlq.get_dead_letters()
-        print(f"dead letter {letter.id}: {letter.queue}/{letter.job_id} {letter.failed_reason}")
-        print("attempts:", letter.attempts_made, "stacks:", len(letter.data["stacktrace"]))
+    [letter] = dlq.get_dead_letters()
+    print(f"dead letter {letter.id}: {letter.queue}/{letter.job_id} {letter.failed_reason}")
+    print("attempts:", letter.attempts_made, "stacks:", len(letter.data["stacktrace"]))
 
-        replay = dlq.replay(letter.id)  # back into payments, as a new job
-        print("replayed as:", replay.job_id, "again:", dlq.replay(letter.id).already)
-        Worker("payments", charge).run(burst=True)
-        print("result:", payments.get_job(replay.job_id).returnvalue)
-        print("replay of:", payments.get_job(replay.job_id).opts["x-replay-of"])
-        print("purged:", dlq.purge())
+    replay = dlq.replay(letter.id)  # back into payments, as a new job
+    print("replayed as:", replay.job_id, "again:", dlq.replay(letter.id).already)
+    Worker("payments", charge).run(burst=True)
+    print("result:", payments.get_job(replay.job_id).returnvalue)
+    print("replay of:", payments.get_job(replay.job_id).opts["x-replay-of"])
+    print("purged:", dlq.purge())

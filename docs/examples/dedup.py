@@ -6,12 +6,16 @@ from corral import AsyncJob, AsyncQueue, Worker
 from corral.dedup import Dedup
 
 
-async def charge(job: AsyncJob) -> dict[str, int]:
-    return {"charged": job.data["cents"]}
+async def work(job: AsyncJob) -> dict[str, int]:
+    if job.name == "charge":
+        return {"charged": job.data["cents"]}
+    return {"done": job.data["n"]}  # sync and reindex
 
 
 async def main() -> None:
     async with AsyncQueue("payments") as queue:
+        # Start empty: the embedded server keeps the last run's jobs, dedup and idempotency keys.
+        await queue.obliterate(force=True)
         # Simple: while the first job is unfinished, the same id adds nothing.
         first = await queue.add("sync", {"n": 1}, deduplication=Dedup("sync-crm"))
         same = await queue.add("sync", {"n": 2}, deduplication=Dedup("sync-crm"))
@@ -32,7 +36,7 @@ async def main() -> None:
             idempotency_window=3600,
             remove_on_complete=True,
         )
-        worker = Worker("payments", charge, concurrency=5)
+        worker = Worker("payments", work, concurrency=5)
         running = asyncio.create_task(worker.run_async())
         await paid.wait_until_finished(timeout=10)
         while await queue.get_job_counts("waiting", "delayed") != {"waiting": 0, "delayed": 0}:

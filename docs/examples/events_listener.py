@@ -14,6 +14,9 @@ async def translate(job: AsyncJob) -> str:
 
 
 async def main() -> None:
+    async with AsyncQueue("translations") as queue:
+        # Start empty: the embedded server keeps the last run's jobs and events.
+        await queue.obliterate(force=True)
     events = AsyncQueueEvents("translations")  # from now on ("$")
     events.on("completed", lambda e: print(f"completed {e.job_id}: {e.returnvalue!r}"))
     events.on("failed", lambda e: print(f"failed {e.job_id}: {e.failed_reason}"))

@@ -18,6 +18,9 @@ async def total(job: AsyncJob) -> dict[str, int]:
 
 
 async def main() -> None:
+    for name in ("fanout-books", "fanout-pages"):
+        async with AsyncQueue(name) as queue:
+            await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
     pages = ["the quick brown fox", "jumps over", "the lazy dog"]
     async with AsyncFlowProducer() as flows:
         node = await flows.add(

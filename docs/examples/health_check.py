@@ -41,6 +41,7 @@ async def until(queue: AsyncQueue, ok: bool) -> HealthReport:
 
 async def main() -> None:
     async with AsyncQueue("thumbnails") as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         for width in (640, 1024, 2048):
             await queue.add("resize", {"width": width})
         report = await check_health_async(queue, min_workers=1)

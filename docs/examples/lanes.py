@@ -25,6 +25,8 @@ async def handle(job: AsyncJob) -> str:
 
 async def main() -> None:
     async with AsyncQueue("chat") as chat, AsyncQueue("reports") as reports:
+        for queue in (chat, reports):
+            await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         # Strict lanes: a backlog of slow reports never takes the chat lane's two slots.
         await reports.add_bulk([("report", {"n": n}) for n in range(6)])
         worker = Worker({"chat": 2, "reports": 1}, handle)
@@ -48,8 +50,6 @@ async def main() -> None:
         worker = Worker({"chat": 2, "reports": 1}, handle, borrow=True)
         summary = await worker.run_async(burst=True)
         print("with borrow:", summary.completed, "reports at once:", most["reports"])
-        await chat.obliterate()
-        await reports.obliterate()
 
 
 asyncio.run(main())

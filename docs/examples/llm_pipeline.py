@@ -33,6 +33,9 @@ async def merge(job: AsyncJob) -> str:
 
 
 async def main() -> None:
+    for name in ("llm-merge", "llm-chunks"):
+        async with AsyncQueue(name) as queue:
+            await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
     chunks = [
         "Flows run children first. Then the parent.",
         "A flaky model call is retried. Backoff spaces the tries.",

@@ -61,6 +61,9 @@ def tree(span_list: list[ReadableSpan]) -> list[str]:
 
 
 async def main() -> None:
+    for name in ("receipts", "billing"):
+        async with AsyncQueue(name) as queue:
+            await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
     async with AsyncQueue("receipts", telemetry=telemetry) as receipts:
         with tracer.start_as_current_span("POST /checkout"):
             job = await receipts.add("receipt", {"order": 42}, attempts=3)

@@ -20,6 +20,7 @@ def resize(job: Job) -> dict[str, object]:
 
 async def main() -> None:
     async with AsyncQueue("images") as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         await queue.add("resize", {"path": "cat.png", "width": 320}, attempts=3)
         bad = await queue.add("resize", {"path": "dog.png", "width": -1}, attempts=3)
 

@@ -23,6 +23,8 @@ async def refund(job: AsyncJob) -> str:
 
 async def main() -> None:
     async with AsyncQueue("refunds") as refunds, AsyncQueue("emails") as emails:
+        for queue in (refunds, emails):
+            await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         # The web handler knows who is logged in and whom they act for.
         async with corral.provenance(
             actor="support:ann", on_behalf_of="user:7", tenant="acme", origin="admin-ui"

@@ -18,6 +18,7 @@ async def until(queue: AsyncQueue, **counts: int) -> None:
 
 async def main() -> None:
     async with AsyncQueue("admin-demo") as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         await queue.pause()  # workers take nothing; jobs still queue up
         await queue.add_bulk([("sync", {"n": n}) for n in range(6)])
         print("paused:", await queue.is_paused(), "waiting:", await queue.count())

@@ -18,6 +18,7 @@ async def send_email(job: Job) -> dict[str, str]:
 
 async def main() -> None:
     async with AsyncQueue("quickstart-emails") as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         for to in ["ada@example.com", "alan@example.com", "bob@invalid"]:
             await queue.add("welcome", {"to": to})
 

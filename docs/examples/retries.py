@@ -16,6 +16,7 @@ async def call_api(job: AsyncJob) -> str:
 
 async def main() -> None:
     async with AsyncQueue("retries-demo", backoff_types=["linear"]) as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         flaky = await queue.add(
             "flaky", {"kind": "flaky"}, attempts=5, backoff=Backoff.exponential(0.05)
         )

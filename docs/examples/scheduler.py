@@ -9,6 +9,7 @@ from corral import AsyncJob, AsyncQueue, Worker
 
 async def main() -> None:
     async with AsyncQueue("reports") as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         # Upserting is idempotent: every process may run this at start-up.
         await queue.upsert_job_scheduler(
             "heartbeat", every=0.2, template=("ping", {"host": "db-1"})

@@ -11,6 +11,7 @@ async def resize(job: AsyncJob) -> int:
 
 async def main() -> None:
     async with AsyncShardedQueue("thumbnails", shards=3) as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         print("shards:", [shard.name for shard in queue.queues])
         await queue.add_bulk([("resize", {"n": n}) for n in range(12)])  # spread in turn
         photo = await queue.add("resize", {"n": 99}, job_id="photo-99")  # its id's shard
@@ -29,7 +30,6 @@ async def main() -> None:
             await queue.set_global_concurrency(2)  # counted per queue: not over the shards
         except InvalidOptionError as exc:
             print("refused:", str(exc).split(":")[0])
-        await queue.obliterate()
 
 
 asyncio.run(main())

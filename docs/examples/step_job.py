@@ -18,6 +18,7 @@ async def onboarding(job: AsyncJob) -> str:
 
 async def main() -> None:
     async with AsyncQueue("onboarding") as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         job = await queue.add("user-42", {"user": 42})
         worker = Worker("onboarding", onboarding)
         running = asyncio.create_task(worker.run_async())

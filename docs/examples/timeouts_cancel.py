@@ -31,6 +31,7 @@ def crunch(job: Job) -> str:
 
 async def main() -> None:
     async with AsyncQueue("timeouts-demo") as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         hangs = await queue.add("hangs", {}, timeout=0.5, attempts=2)
         summary = await queue.add("summarise", {}, timeout=10, soft_timeout=0.3)
         waits = await queue.add("waits", {})
@@ -53,6 +54,7 @@ async def main() -> None:
             print(f"{job.name}: attempts={job.attempts_made}", job.returnvalue or job.failed_reason)
 
     async with AsyncQueue("crunch-demo") as queue:
+        await queue.obliterate(force=True)
         job = await queue.add("crunch", {}, timeout=5, soft_timeout=0.2)
         summary_of_run = await Worker("crunch-demo", crunch).run_async(burst=True)
         done = await queue.get_job(job.id)

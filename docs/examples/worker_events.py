@@ -14,6 +14,7 @@ def encode_video(job: Job) -> dict[str, int]:
 
 async def main() -> None:
     async with AsyncQueue("videos") as queue:
+        await queue.obliterate(force=True)  # start empty: the embedded server keeps old jobs
         await queue.add("encode", {"file": "intro.mp4"})
         worker = Worker("videos", encode_video, name="encoder-1")
         worker.on("progress", lambda job, percent: print(f"job {job.id}: {percent}%"))
