@@ -9,7 +9,8 @@ same protocol, so neither side pays for something the other does not. See docs/b
 Options: ``--quick`` (small N, one run each: a smoke check), ``--only WORKLOAD`` (repeatable or
 comma-separated), ``--runs N``, ``--json PATH``, ``--py-spy DIR`` (profile the corral drain
 workers with py-spy, which must be installed), ``--children-concurrency C[,C...]`` (the
-``drain_children`` workload, bench/drain_children.py).
+``drain_children`` workload, bench/drain_children.py); ``--curves [--scale F] [--charts DIR]``
+runs the scale curves of bench/curves.py instead.
 """
 
 from __future__ import annotations
@@ -809,9 +810,36 @@ def main(argv: list[str] | None = None) -> int:
         help="drain_children: the corral worker's concurrency with processes=2, one drain "
         "each; the table shows the first (default 8, the best of 2/4/8)",
     )
+    ap.add_argument(
+        "--curves",
+        action="store_true",
+        help="the scale curves instead (bench/curves.py; --only picks among backlog, "
+        "completed, delayed, priorities, queues)",
+    )
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="--curves: every job count times F (0.01: a quick smoke run)",
+    )
+    ap.add_argument(
+        "--charts",
+        metavar="DIR",
+        help="--curves: where the PNG charts go (default docs/benchmarks/)",
+    )
     opts = ap.parse_args(argv)
     global CORRAL_MAX_CONNECTIONS
     CORRAL_MAX_CONNECTIONS = opts.corral_max_connections
+    if not opts.curves and (opts.scale != 1.0 or opts.charts):
+        ap.error("--scale and --charts go with --curves")
+    if opts.curves:
+        from bench import curves
+
+        if shutil.which("node") is None or not (NODE_MODULES / "bullmq").is_dir():
+            raise SystemExit("Node BullMQ is not installed: run `make bench` (or `make pytest`)")
+        opts.argv = list(argv if argv is not None else sys.argv[1:])
+        return curves.main(opts)
 
     sz = QUICK if opts.quick else FULL
     if opts.runs:

@@ -13,6 +13,10 @@ starts on a GO line from stdin, then
 - latency: the processor records ``now - job.data["t"]`` in ms; once N jobs were seen it
   closes; stdout ``{"latencies_ms": [...]}``.
 
+``--queues Q [--queue-start K]`` (drain mode, the scale curves of bench/curves.py): one lanes
+worker, ``Worker({"bench-K": C, ..., "bench-(K+Q-1)": C}, ...)``, C slots reserved for each of
+the Q queues (strict lanes: no borrowing), instead of one worker of queue "bench".
+
 With env ``BENCH_CPROFILE=path`` the run (GO to close) is profiled with cProfile into ``path``.
 """
 
@@ -36,7 +40,10 @@ async def _line() -> str:
 
 
 async def main() -> None:
-    a = parser(__doc__ or "").parse_args()
+    p = parser(__doc__ or "")
+    p.add_argument("--queues", type=int, default=0)
+    p.add_argument("--queue-start", type=int, default=0)
+    a = p.parse_args()
     latencies: list[float] = []
     done = asyncio.Event()
 
@@ -53,8 +60,16 @@ async def main() -> None:
     extra: dict[str, Any] = {}
     if a.processes and a.mode == "drain":
         processor, extra["processes"] = f"bench.processors:{name}", a.processes
-    worker = Worker(QUEUE, processor, connection=client, concurrency=a.concurrency, **extra)
-    await worker._open()  # connect and check the server now, as Node's waitUntilReady() does
+    if a.queues and a.mode == "drain":
+        lanes = {
+            f"{QUEUE}-{j}": a.concurrency for j in range(a.queue_start, a.queue_start + a.queues)
+        }
+        worker = Worker(lanes, processor, connection=client, **extra)
+    else:
+        worker = Worker(QUEUE, processor, connection=client, concurrency=a.concurrency, **extra)
+    # Connect and check the server now, as Node's waitUntilReady() does (each lane's worker).
+    for inner in getattr(worker, "workers", [worker]):
+        await inner._open()
     print("READY", flush=True)
     go = await _line()
     if go != "GO":

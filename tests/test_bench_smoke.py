@@ -1,5 +1,6 @@
-"""Smoke checks of the benchmark harnesses: tiny runs of ``make bench`` (two workloads) and
-of ``python -m bench.chaos`` (three of its scenarios).
+"""Smoke checks of the benchmark harnesses: tiny runs of ``make bench`` (two workloads), of
+its scale curves (``python -m bench --curves``) and of ``python -m bench.chaos`` (three of its
+scenarios).
 
 Both start their own servers (not the suite's). The first runs the corral and the Node BullMQ
 producer once each, and must print both sides' numbers and their ratio.
@@ -89,6 +90,67 @@ def test_bench_quick_drain_children(tmp_path: Path) -> None:
             assert variant["failed"] == 0 and variant["rate"] > 0, name
             # Two children under the worker exactly when the processor runs in children.
             assert variant["child_processes"] == (2 if name.startswith("children") else 0), name
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(300)  # about 30 s on an idle 2-core machine, twice that when it is busy
+def test_bench_curves_scaled(tmp_path: Path) -> None:
+    """The scale curves of issue 18 at 1/200 of their size: every point measured for both
+    sides, the JSON and one PNG per curve written where asked (not into docs/)."""
+    if server.find_binary() is None:
+        pytest.skip("no valkey-server/redis-server binary available")
+    if shutil.which("node") is None or not (ROOT / "tests/interop/node_modules/bullmq").is_dir():
+        pytest.fail("Node BullMQ is not installed: run `make test`")
+    out, charts = tmp_path / "curves.json", tmp_path / "charts"
+    flags = ["--json", str(out), "--charts", str(charts)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--curves", "--scale", "0.005", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for heading in ("Drain rate by jobs waiting", "Add rate into a queue", "Server memory"):
+        assert f"### {heading}" in proc.stdout, proc.stdout
+
+    report = json.loads(out.read_text())
+    sizes = report["sizes"]
+    levels = sizes["backlogs"]
+    assert levels == [50, 500, 5000]  # 10k, 100k, 1M scaled
+    expected = {f"{kind}:{n}" for kind in ("backlog", "single", "bulk", "memory") for n in levels}
+    expected |= {"completed:retained", "completed:keep", "delayed:due"}
+    expected |= {"priorities:spread", "queues:many"}
+    points = {p["key"]: p for p in report["points"]}
+    assert set(points) == expected
+    for key, point in points.items():
+        main = "queued" if point["kind"] == "memory" else "rate"
+        for side in ("corral", "node"):
+            assert point[side][main]["median"] > 0, (key, side)
+        assert point["ratio"] > 0, key
+        if point["kind"] == "rate" and key != point["baseline"]:
+            assert point["goals"]["own_0_8"] in (True, False), key
+    for key, sides in report["runs"].items():
+        for side, (run,) in sides.items():
+            assert run.get("failed", 0) == 0, (key, side)
+    # The options reached both sides' jobs: keep-last-N trimmed the retained jobs, every job
+    # was delayed (or prioritized) when the workers started, one worker per group of queues.
+    for side in ("corral", "node"):
+        (keep,) = report["runs"]["completed:keep"][side]
+        assert keep["completed_left"] == sizes["keep"], side
+        (delayed,) = report["runs"]["delayed:due"][side]
+        assert delayed["delayed_at_go"] == sizes["delayed"], side
+        (spread,) = report["runs"]["priorities:spread"][side]
+        assert spread["prioritized_at_go"] == sizes["priority_jobs"], side
+        (many,) = report["runs"]["queues:many"][side]
+        assert many["worker_processes"] == -(-sizes["queues"] // sizes["queues_per_worker"])
+
+    names = {"backlog", "adds", "memory", "completed", "delayed", "priorities", "queues"}
+    assert {p.name for p in charts.iterdir()} == {f"{n}.png" for n in names}
+    for png in charts.iterdir():
+        data = png.read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) < 100_000, png.name
 
 
 def test_chaos_quick(tmp_path: Path) -> None:
