@@ -70,18 +70,7 @@ if scheduler_id ~= key then
   end
 end
 
-local s = {name = ARGV[7]}
-if ARGV[8] ~= "" then
-  s.data = ARGV[8]
-end
-if ARGV[9] ~= "" then
-  s.opts = ARGV[9]
-end
-for i, name in ipairs(TIMING_FIELDS) do
-  if ARGV[10 + i] ~= "" then
-    s[name] = ARGV[10 + i]
-  end
-end
+local s = scheduler_from_args(7, 11)
 local fields = {"name", s.name}
 for _, name in ipairs(TIMING_FIELDS) do
   if s[name] then

@@ -38,18 +38,7 @@ local repeat_key = prefix .. "repeat"
 local scheduler_key = repeat_key .. ":" .. scheduler_id
 local max_len = events_max_len()
 
-local new = {name = ARGV[6]}
-if ARGV[7] ~= "" then
-  new.data = ARGV[7]
-end
-if ARGV[8] ~= "" then
-  new.opts = ARGV[8]
-end
-for i, name in ipairs(TIMING_FIELDS) do
-  if ARGV[8 + i] ~= "" then
-    new[name] = ARGV[8 + i]
-  end
-end
+local new = scheduler_from_args(6, 9)
 
 local old = read_scheduler(scheduler_key)
 local exists = old.ic ~= nil

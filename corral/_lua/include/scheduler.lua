@@ -6,6 +6,25 @@
 -- TIMING_FIELDS: scripts get them as ARGV in this order).
 local TIMING_FIELDS = {"tz", "limit", "pattern", "startDate", "endDate", "every"}
 
+-- A scheduler's template and timing as a script's ARGV gives them: the template's name at
+-- ARGV[name_at], its data and opts JSON next ("" = none), the timing fields in TIMING_FIELDS
+-- order from ARGV[timing_at] ("" = absent).
+local function scheduler_from_args(name_at, timing_at)
+  local s = {name = ARGV[name_at]}
+  if ARGV[name_at + 1] ~= "" then
+    s.data = ARGV[name_at + 1]
+  end
+  if ARGV[name_at + 2] ~= "" then
+    s.opts = ARGV[name_at + 2]
+  end
+  for i, field in ipairs(TIMING_FIELDS) do
+    if ARGV[timing_at - 1 + i] ~= "" then
+      s[field] = ARGV[timing_at - 1 + i]
+    end
+  end
+  return s
+end
+
 local function iteration_id(scheduler_id, millis)
   return "repeat:" .. scheduler_id .. ":" .. fmt(millis)
 end
