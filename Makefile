@@ -67,8 +67,11 @@ test: lint typecheck unasync docs pytest
 # corral against Node BullMQ on a fresh Valkey (see docs/benchmarks.md); BENCH_ARGS=--quick etc.
 bench: $(VENV)/.installed-dev $(NODE_DIR)/node_modules/.installed
 	$(BIN)/python -m bench $(BENCH_ARGS)
+# The scale curves (BENCH_ARGS=--curves) are a run of their own: the others are left out.
+ifeq ($(findstring --curves,$(BENCH_ARGS)),)
 	$(BIN)/python -m bench.streams
 	$(BIN)/python -m bench.lanes
+endif
 
 clean:
 	rm -rf $(VENV) $(NODE_DIR)/node_modules $(LEGACY_DIR)/node_modules .mypy_cache .ruff_cache .pytest_cache site

@@ -791,6 +791,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--runs", type=int, help="runs per side (default 3, 1 with --quick)")
     ap.add_argument(
+        "--drain-jobs",
+        type=int,
+        metavar="N",
+        help="jobs of each drain_1proc/drain_2proc run (default 20,000; issue 18's steady "
+        "state: 100,000)",
+    )
+    ap.add_argument(
         "--json",
         help="where to write the results (default bench/results/latest.json, "
         "or quick.json with --quick)",
@@ -844,6 +851,8 @@ def main(argv: list[str] | None = None) -> int:
     sz = QUICK if opts.quick else FULL
     if opts.runs:
         sz = Sizes(**{**sz.__dict__, "runs": opts.runs})
+    if opts.drain_jobs:
+        sz = Sizes(**{**sz.__dict__, "drain": opts.drain_jobs})
     wanted = [w.strip() for item in opts.only for w in item.split(",") if w.strip()]
     # bench/shards.py needs a cluster and compares corral with itself: it runs after the table.
     run_shards = not wanted or "shards" in wanted
