@@ -66,7 +66,9 @@ def specs(sz: CurveSizes, groups: list[str]) -> list[dict[str, Any]]:
         add(
             "completed", "completed:retained", f"{n} completed, all kept", "all kept", baseline=base
         )
-        label = f"{n} completed, keep last {sz.keep:,}"
+        label = f"{n} completed, keep last {sz.keep:,}: the trim"
+        add("completed", "completed:trim", label, f"trim to {sz.keep:,}", baseline=base)
+        label = f"{n} completed, keep last {sz.keep:,}: after it"
         add("completed", "completed:keep", label, f"keep {sz.keep:,}", baseline=base)
     if "delayed" in groups:
         label = f"{human(sz.delayed)} delayed, due at once"

@@ -120,7 +120,7 @@ def test_bench_curves_scaled(tmp_path: Path) -> None:
     levels = sizes["backlogs"]
     assert levels == [50, 500, 5000]  # 10k, 100k, 1M scaled
     expected = {f"{kind}:{n}" for kind in ("backlog", "single", "bulk", "memory") for n in levels}
-    expected |= {"completed:retained", "completed:keep", "delayed:due"}
+    expected |= {"completed:retained", "completed:trim", "completed:keep", "delayed:due"}
     expected |= {"priorities:spread", "queues:many"}
     points = {p["key"]: p for p in report["points"]}
     assert set(points) == expected
