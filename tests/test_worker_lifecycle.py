@@ -459,12 +459,14 @@ async def test_worker_survives_a_server_restart(caplog: pytest.LogCaptureFixture
         await task
         srv.stop()
     lines = [rec.getMessage() for rec in caplog.records if rec.name == "corral.worker"]
-    # One outage, one line when it starts and one when it ends: not one per retry. The fetch
-    # sees it first; the cancel listener's connection may only notice it was cut once the
-    # server is back (then it says so once too, and is back at its first retry).
+    # One outage, one line when it starts and one when it ends: not one per retry. The line
+    # names the part that saw it first: usually the fetch, but on a loaded machine the cancel
+    # listener's reconnect can come first (a flake-hunt run saw it). A part that only notices
+    # the cut once the server is back (the cancel listener's connection, typically) says so
+    # once too, and is back at its first retry.
     starts = [m for m in lines if "retrying until the server is back" in m]
     parts = [m.split(": ")[1] for m in starts]  # "worker r: fetch: ConnectionError..."
-    assert "fetch" in parts and len(parts) == len(set(parts)), lines
+    assert parts and len(parts) == len(set(parts)), lines
     assert set(parts) <= {"fetch", "cancel"}, lines
     assert len([m for m in lines if "server back after" in m]) == len(starts), lines
     assert not [rec for rec in caplog.records if rec.exc_info], (
