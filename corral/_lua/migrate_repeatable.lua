@@ -71,25 +71,8 @@ if scheduler_id ~= key then
 end
 
 local s = scheduler_from_args(7, 11)
-local fields = {"name", s.name}
-for _, name in ipairs(TIMING_FIELDS) do
-  if s[name] then
-    fields[#fields + 1] = name
-    fields[#fields + 1] = s[name]
-  end
-end
-fields[#fields + 1] = "offset"
-fields[#fields + 1] = s.every and fmt(millis % tonumber(s.every)) or "0"
-if s.opts then
-  fields[#fields + 1] = "opts"
-  fields[#fields + 1] = s.opts
-end
-if s.data then
-  fields[#fields + 1] = "data"
-  fields[#fields + 1] = s.data
-end
-fields[#fields + 1] = "ic"
-fields[#fields + 1] = ARGV[10]
+local offset = s.every and fmt(millis % tonumber(s.every)) or "0"
+local fields = scheduler_hash_fields(s, offset, ARGV[10])
 rcall("DEL", scheduler_key)
 rcall("HSET", scheduler_key, unpack(fields))
 rcall("ZADD", repeat_key, fmt(millis), scheduler_id)

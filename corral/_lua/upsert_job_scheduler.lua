@@ -80,25 +80,7 @@ elseif new.every then
 end
 
 rcall("DEL", scheduler_key)
-local fields = {"name", new.name}
-for _, name in ipairs(TIMING_FIELDS) do
-  if new[name] then
-    fields[#fields + 1] = name
-    fields[#fields + 1] = new[name]
-  end
-end
-fields[#fields + 1] = "offset"
-fields[#fields + 1] = offset
-if new.opts then
-  fields[#fields + 1] = "opts"
-  fields[#fields + 1] = new.opts
-end
-if new.data then
-  fields[#fields + 1] = "data"
-  fields[#fields + 1] = new.data
-end
-fields[#fields + 1] = "ic"
-fields[#fields + 1] = old.ic or 1
+local fields = scheduler_hash_fields(new, offset, old.ic or 1)
 rcall("HSET", scheduler_key, unpack(fields))
 rcall("ZADD", repeat_key, fmt(millis), scheduler_id)
 

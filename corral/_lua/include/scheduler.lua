@@ -25,6 +25,31 @@ local function scheduler_from_args(name_at, timing_at)
   return s
 end
 
+-- The scheduler hash's fields, flat for HSET, in the order both writers use: name, the timing
+-- fields present, offset, opts and data when present, ic.
+local function scheduler_hash_fields(s, offset, ic)
+  local fields = {"name", s.name}
+  for _, field in ipairs(TIMING_FIELDS) do
+    if s[field] then
+      fields[#fields + 1] = field
+      fields[#fields + 1] = s[field]
+    end
+  end
+  fields[#fields + 1] = "offset"
+  fields[#fields + 1] = offset
+  if s.opts then
+    fields[#fields + 1] = "opts"
+    fields[#fields + 1] = s.opts
+  end
+  if s.data then
+    fields[#fields + 1] = "data"
+    fields[#fields + 1] = s.data
+  end
+  fields[#fields + 1] = "ic"
+  fields[#fields + 1] = ic
+  return fields
+end
+
 local function iteration_id(scheduler_id, millis)
   return "repeat:" .. scheduler_id .. ":" .. fmt(millis)
 end
